@@ -1,0 +1,1 @@
+"""Commands beyond inspect (registered on the same Typer app)."""

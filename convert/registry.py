@@ -1,0 +1,49 @@
+"""A small name -> factory registry shared by teachers, readers, students, generators.
+
+Like opacus' accountant registry: duplicate names are refused, and "allowed
+values" text in errors is always built from the registry itself.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Callable, Generic, Iterator, TypeVar
+
+from .errors import DpconvertError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def deco(obj: T) -> T:
+            if name in self._items:
+                raise ValueError(f"{self.kind} {name!r} is already registered")
+            self._items[name] = obj
+            return obj
+
+        return deco
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._items))
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def get(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise DpconvertError(self.unknown_message(name)) from None
+
+    def unknown_message(self, name: str) -> str:
+        close = difflib.get_close_matches(name, self.names(), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        return f"unknown {self.kind} {name!r}.{hint} Choose one of: {', '.join(self.names())}."

@@ -1,0 +1,20 @@
+"""Student architectures behind a registry (one file per family).
+
+``create_student(name, spec)`` builds a freshly initialised classifier for an
+``InputSpec``; ``timm:NAME`` builds any timm model with the spec's channels and
+classes. Every student exposes ``forward_features(x)`` (pooled features before
+the classifier, used by the generator's activation term) and ``forward_head``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from dpconvert.registry import Registry
+
+STUDENTS: Registry[Callable] = Registry("student architecture")
+
+from . import cnn as _cnn  # noqa: E402,F401  (registers its architectures)
+from .factory import create_student, default_student_name  # noqa: E402
+
+__all__ = ["STUDENTS", "create_student", "default_student_name"]

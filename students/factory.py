@@ -1,0 +1,44 @@
+"""Build a student by name: a registered architecture or ``timm:NAME``."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from dpconvert.errors import DpconvertError
+from dpconvert.spec import InputSpec
+
+from . import STUDENTS
+
+_SMALL_INPUT_PX = 32
+
+
+def default_student_name(spec: InputSpec) -> str:
+    """DataLens CNN for small inputs (the paper's choice), a small timm ResNet otherwise."""
+    if max(spec.height, spec.width) <= _SMALL_INPUT_PX and min(spec.height, spec.width) >= 4:
+        return "datalens_cnn"
+    return "timm:resnet18"
+
+
+def create_student(name: str, spec: InputSpec) -> nn.Module:
+    if name.startswith("timm:"):
+        return create_timm(name[len("timm:"):], spec, pretrained=False)
+    return STUDENTS.get(name)(spec)
+
+
+def create_timm(name: str, spec: InputSpec, *, pretrained: bool, weights: str | None = None) -> nn.Module:
+    import timm
+
+    base = name.split(".")[0]
+    if not timm.is_model(base):
+        import difflib
+
+        close = difflib.get_close_matches(base, timm.list_models(), n=1)
+        hint = f" Did you mean 'timm:{close[0]}'?" if close else ""
+        raise DpconvertError(f"unknown timm model {name!r}.{hint} See timm.list_models() for names.")
+    kwargs = dict(num_classes=spec.num_classes, in_chans=spec.channels)
+    if weights is not None:
+        kwargs["pretrained_cfg_overlay"] = dict(file=weights)
+    try:
+        return timm.create_model(name, pretrained=pretrained, **kwargs)
+    except RuntimeError as e:
+        raise DpconvertError(f"could not create timm model {name!r}: {str(e).splitlines()[0]}; check --num-classes/--in-chans match the weights") from None
