@@ -1,0 +1,77 @@
+"""Calibration: the noise (or the number of steps) that meets a target ε.
+
+Every answer is on the safe side: the returned σ gives ε(σ) ≤ target (checked
+before returning) and is within ``rel_tol`` of the smallest such σ.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from ..errors import DpconvertError
+from . import dpdfd, gaussian, pknn
+
+
+def smallest_sigma(eps_of_sigma: Callable[[float], float], target: float, *, rel_tol: float = 1e-4, hi: float = 1.0) -> float:
+    """Smallest σ (to ``rel_tol``) with ε(σ) ≤ target, for ε decreasing in σ."""
+    if not target > 0:
+        raise DpconvertError(f"target ε must be > 0, got {target}")
+    lo = 0.0
+    while eps_of_sigma(hi) > target:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e9:
+            raise DpconvertError(f"no noise level reaches ε={target}; raise --eps or lower the number of releases")
+    while hi - lo > rel_tol * hi:
+        mid = 0.5 * (lo + hi)
+        if eps_of_sigma(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    assert eps_of_sigma(hi) <= target  # invariant of the bisection, not user input
+    return hi
+
+
+def dpdfd_sigma(*, eps: float, delta: float, steps: int) -> float:
+    """σ for T DPDFD steps at query-level (ε, δ): σ = s*·√T with s* the one-shot multiplier."""
+    _check(eps, delta, steps)
+    s_star = smallest_sigma(lambda s: gaussian.epsilon(delta, s), eps, rel_tol=1e-6)
+    sigma = s_star * math.sqrt(steps)
+    while dpdfd.epsilon(sigma=sigma, steps=steps, delta=delta) > eps:  # rounding safety
+        sigma *= 1 + 1e-9
+    return sigma
+
+
+def dpdfd_max_steps(*, eps: float, delta: float, sigma: float) -> int:
+    """Largest T with ε(σ, T) ≤ target."""
+    _check(eps, delta, 1)
+    s_star = smallest_sigma(lambda s: gaussian.epsilon(delta, s), eps, rel_tol=1e-9)
+    t = int(math.floor((sigma / s_star) ** 2))
+    while t > 0 and dpdfd.epsilon(sigma=sigma, steps=t, delta=delta) > eps:
+        t -= 1
+    return t
+
+
+def pknn_sigma2(plan: pknn.PknnPlan, *, eps: float, delta: float) -> float:
+    """σ2 (argmax noise) for a Private-kNN query plan, calibrated on the RDP bound.
+
+    The PLD bound is reported too (min over valid bounds ≤ the RDP bound ≤ target).
+    """
+    from dataclasses import replace
+
+    _check(eps, delta, 1)
+    floor = pknn.epsilon_rdp(replace(plan, queries_answered=0), delta)
+    if floor >= eps:
+        raise DpconvertError(
+            f"screening alone already costs ε={floor:.3f} ≥ {eps}; raise --sigma1, lower --sampling-rate or ask fewer queries"
+        )
+    return smallest_sigma(lambda s2: pknn.epsilon_rdp(replace(plan, sigma2=s2), delta), eps, rel_tol=1e-3)
+
+
+def _check(eps: float, delta: float, steps: int) -> None:
+    if not eps > 0:
+        raise DpconvertError(f"--eps must be > 0, got {eps}")
+    if not 0 < delta < 1:
+        raise DpconvertError(f"--delta must be in (0, 1), got {delta}")
+    if steps < 1:
+        raise DpconvertError(f"--steps must be >= 1, got {steps}")

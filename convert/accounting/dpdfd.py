@@ -1,0 +1,69 @@
+"""DPDFD accounting (ALGORITHMS.md §1–2): pure maths on (σ, T, B).
+
+Each DPDFD step releases the B×K matrix of per-row normalised output
+gradients (row norm C) plus N(0, σ²C²) on every entry. Three adjacencies,
+named explicitly on the card:
+
+* ``query`` (add/remove one teacher answer): one row appears or vanishes,
+  L2 sensitivity C → noise multiplier σ per step.
+* ``query, replace-one`` (one teacher answer changes): one row moves to any
+  other norm-C row, sensitivity 2C → multiplier σ/2.
+* ``record`` worst case (add/remove one private training record): a
+  non-private teacher may change every answer, so all B rows may move by 2C,
+  sensitivity 2C·√B → multiplier σ/(2√B).
+
+T steps compose to one Gaussian with multiplier σ/√T (exact, analytic).
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import gaussian
+
+ADJACENCY_QUERY = "add/remove one teacher answer (one row of one step's released B×K output-gradient matrix)"
+ADJACENCY_QUERY_REPLACE = "replace one teacher answer"
+ADJACENCY_RECORD = "add/remove one record of the teacher's private training set (worst case: every answer of every step may change)"
+
+
+def sensitivity_factor(scope: str, batch_size: int) -> float:
+    """Per-step L2 sensitivity in units of C."""
+    if scope == "query":
+        return 1.0
+    if scope == "query_replace":
+        return 2.0
+    if scope == "record":
+        return 2.0 * math.sqrt(batch_size)
+    raise ValueError(f"unknown scope {scope!r}")
+
+
+def epsilon(*, sigma: float, steps: int, delta: float, batch_size: int = 1, scope: str = "query") -> float:
+    """Exact ε of T steps (analytic Gaussian)."""
+    if steps <= 0:
+        return 0.0
+    if sigma <= 0:
+        return math.inf
+    s = sigma / sensitivity_factor(scope, batch_size) / math.sqrt(steps)
+    return gaussian.epsilon(delta, s)
+
+
+def epsilon_pld(*, sigma: float, steps: int, delta: float, batch_size: int = 1, scope: str = "query") -> float:
+    """Cross-check with dp_accounting's privacy-loss-distribution accountant."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    s = float(sigma) / sensitivity_factor(scope, batch_size)
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(float(s)), int(steps)))
+    return float(acc.get_epsilon(float(delta)))
+
+
+def epsilon_rdp(*, sigma: float, steps: int, delta: float, batch_size: int = 1, scope: str = "query") -> float:
+    """Cross-check with dp_accounting's RDP accountant (always ≥ the exact ε)."""
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    s = float(sigma) / sensitivity_factor(scope, batch_size)
+    acc = rdp_privacy_accountant.RdpAccountant()
+    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(float(s)), int(steps)))
+    return float(acc.get_epsilon(float(delta)))
