@@ -124,7 +124,11 @@ def _spec_from(base: Optional[InputSpec], opts: LoadOptions, what: str) -> Input
 def _torch_forward(module, device: str) -> Callable:
     import torch
 
-    module = module.to(device).eval()
+    module = module.to(device)
+    try:
+        module.eval()
+    except NotImplementedError:  # torch.export modules are frozen in the mode they were exported in
+        pass
 
     def forward(x):
         with torch.inference_mode():
@@ -193,10 +197,22 @@ def load_timm(source: str, opts: LoadOptions) -> Teacher:
     if opts.weights is not None:
         _require_file(opts.weights)
     try:
-        model = create_timm(name, spec, pretrained=True, weights=opts.weights)
+        if opts.weights is not None:
+            # Local weights are loaded strictly into the architecture (timm's pretrained path would
+            # re-initialise a classifier whose class count differs from the hub config).
+            from timm.models import load_checkpoint
+
+            model = create_timm(name, spec, pretrained=False)
+            load_checkpoint(model, opts.weights, strict=True)
+        else:
+            model = create_timm(name, spec, pretrained=True)
     except DpconvertError:
         raise
-    except Exception as e:  # hub unreachable, missing weights file, size mismatch
+    except RuntimeError as e:
+        if opts.weights is not None:
+            raise DpconvertError(f"{source}: --weights do not fit the model ({_first_mismatch(str(e))}); check --num-classes and --in-chans") from None
+        raise DpconvertError(f"{source}: could not load pretrained weights ({str(e).splitlines()[0][:200]}); pass --weights FILE to load local weights offline") from None
+    except Exception as e:  # hub unreachable, unreadable weights file
         msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise DpconvertError(f"{source}: could not load pretrained weights ({msg}); pass --weights FILE to load local weights offline") from None
     sha = sha256_file(opts.weights) if opts.weights else None
@@ -238,6 +254,9 @@ def load_onnx(source: str, opts: LoadOptions) -> Teacher:
         arr = x.detach().cpu().numpy().astype(np.float32, copy=False)
         return torch.from_numpy(sess.run(None, {name: arr})[0]).float()
 
+    if dims and dims[0] is not None:  # exported with a static batch size
+        forward = fixed_batch(forward, dims[0])
+
     return Teacher(forward, spec, "onnx", source, f"ONNX model {path.name} (black box, onnxruntime)", sha256_file(path), "onnx", None, None, warnings)
 
 
@@ -265,8 +284,37 @@ def load_exported(source: str, opts: LoadOptions) -> Teacher:
     if args and getattr(args[0], "ndim", 0) == 4:
         k = opts.num_classes or _try_classes(module, args[0])
         base = InputSpec(*args[0].shape[1:], k or 2)
-    return Teacher(_torch_forward(module, opts.device), _spec_from(base, opts, source), "torch.export", source,
+    forward = _torch_forward(module, opts.device)
+    if args and getattr(args[0], "ndim", 0) == 4 and not _accepts_batch(forward, args[0], args[0].shape[0] + 1):
+        forward = fixed_batch(forward, int(args[0].shape[0]))
+    return Teacher(forward, _spec_from(base, opts, source), "torch.export", source,
                    f"torch.export program {path.name}", sha256_file(path), "torch.export", _num_params(module), module)
+
+
+def _accepts_batch(forward, example, batch: int) -> bool:
+    import torch
+
+    try:
+        forward(torch.zeros(batch, *example.shape[1:], dtype=example.dtype))
+        return True
+    except Exception:
+        return False
+
+
+def fixed_batch(forward: Callable, batch: int) -> Callable:
+    """Run a model exported with a static batch size on any batch: chunk, pad the last chunk."""
+    import torch
+
+    def run(x):
+        outs = []
+        for chunk in x.split(batch):
+            n = chunk.shape[0]
+            if n < batch:
+                chunk = torch.cat([chunk, chunk.new_zeros(batch - n, *chunk.shape[1:])])
+            outs.append(forward(chunk)[:n])
+        return torch.cat(outs)
+
+    return run
 
 
 def _try_classes(module, example) -> Optional[int]:

@@ -1,0 +1,65 @@
+"""Shared fixtures: small real models saved in every teacher format."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """Run ``dpconvert ARGS`` in-process; return (exit code, stdout, stderr)."""
+    from dpconvert import cli
+
+    old = sys.argv
+    sys.argv = ["dpconvert", *args]
+    try:
+        cli.main()
+        code = 0
+    except SystemExit as e:
+        code = int(e.code or 0)
+    finally:
+        sys.argv = old
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def cli(capsys):
+    return lambda *args: run_cli([str(a) for a in args], capsys)
+
+
+class TinyCNN(torch.nn.Module):
+    """A plain CNN (no timm) for TorchScript / export / ONNX / pickle sources."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 8, 3, padding=1)
+        self.pool = torch.nn.AdaptiveAvgPool2d(4)
+        self.fc = torch.nn.Linear(8 * 16, 10)
+
+    def forward(self, x):
+        return self.fc(self.pool(torch.relu(self.conv(x))).flatten(1))
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory) -> dict:
+    """One small real model in each teacher format, with its reference model."""
+    import timm
+    from safetensors.torch import save_file
+
+    d: Path = tmp_path_factory.mktemp("teachers")
+    torch.manual_seed(0)
+    resnet = timm.create_model("resnet18", pretrained=False, num_classes=10, in_chans=1).eval()
+    cnn = TinyCNN().eval()
+    x = torch.randn(4, 1, 28, 28)
+    torch.save(resnet.state_dict(), d / "resnet18_state.pt")
+    save_file({k: v.contiguous() for k, v in resnet.state_dict().items()}, str(d / "resnet18.safetensors"))
+    torch.jit.save(torch.jit.trace(cnn, x), str(d / "cnn_script.pt"))
+    torch.export.save(torch.export.export(cnn, (x,)), str(d / "cnn.pt2"))
+    torch.onnx.export(cnn, (x,), str(d / "cnn.onnx"), input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {0: "b"}, "logits": {0: "b"}}, dynamo=False)
+    torch.save(cnn, d / "cnn_pickled.pt")
+    return {"dir": d, "resnet": resnet, "cnn": cnn, "x": x}

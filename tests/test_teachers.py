@@ -1,0 +1,117 @@
+"""Every teacher source loads a real model whose logits equal the original's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from dpconvert.errors import DpconvertError
+from dpconvert.teachers import LoadOptions, load_teacher
+
+
+def _max_diff(teacher, model, x):
+    with torch.no_grad():
+        return (teacher(x) - model(x)).abs().max().item()
+
+
+@pytest.mark.parametrize("name", ["resnet18_state.pt", "resnet18.safetensors"])
+def test_state_dict_sources_match_original(models, name):
+    t = load_teacher(str(models["dir"] / name), LoadOptions(arch="timm:resnet18", num_classes=10, in_chans=1, input_size=(1, 28, 28)))
+    assert t.kind in ("state_dict", "safetensors")
+    assert t.spec.shape == (1, 28, 28) and t.spec.num_classes == 10
+    assert len(t.sha256) == 64
+    assert _max_diff(t, models["resnet"], models["x"]) < 1e-5
+
+
+def test_timm_name_with_local_weights_offline(models):
+    from safetensors.torch import save_file
+
+    path = models["dir"] / "timm_weights.safetensors"
+    save_file({k: v.contiguous() for k, v in models["resnet"].state_dict().items()}, str(path))
+    t = load_teacher("timm:resnet18", LoadOptions(weights=str(path), num_classes=10, in_chans=1, input_size=(1, 28, 28)))
+    assert t.kind == "timm" and t.arch == "timm:resnet18"
+    assert _max_diff(t, models["resnet"], models["x"]) < 1e-5
+
+
+@pytest.mark.parametrize("name,kind,tol", [("cnn_script.pt", "torchscript", 1e-5), ("cnn.pt2", "torch.export", 1e-5), ("cnn.onnx", "onnx", 1e-4)])
+def test_graph_sources_match_original(models, name, kind, tol):
+    opts = LoadOptions() if kind != "torchscript" else LoadOptions(input_size=(1, 28, 28), num_classes=10)
+    t = load_teacher(str(models["dir"] / name), opts)
+    assert t.kind == kind
+    assert t.spec.shape == (1, 28, 28) and t.spec.num_classes == 10
+    assert _max_diff(t, models["cnn"], models["x"]) < tol
+
+
+def test_pickled_module_needs_trust_flag(models):
+    path = str(models["dir"] / "cnn_pickled.pt")
+    with pytest.raises(DpconvertError, match="--trust-pickle") as e:
+        load_teacher(path, LoadOptions(input_size=(1, 28, 28), num_classes=10))
+    assert "arbitrary code" in str(e.value)
+    t = load_teacher(path, LoadOptions(input_size=(1, 28, 28), num_classes=10, trust_pickle=True))
+    assert t.kind == "pickled-module" and t.warnings
+    assert _max_diff(t, models["cnn"], models["x"]) < 1e-5
+
+
+def test_builtin_teacher_is_small_and_accurate():
+    from dpconvert.builtin import BUILTIN_TEACHERS
+    from dpconvert.data import load_data
+
+    assert BUILTIN_TEACHERS.get("digits").stat().st_size <= 1_000_000
+    t = load_teacher("builtin:digits")
+    test = load_data("builtin:digits", t.spec)
+    acc = (t(test.x).argmax(1) == test.y).float().mean().item()
+    assert acc > 0.95
+
+
+def test_inspect_json(cli, models):
+    code, out, _ = cli("inspect", models["dir"] / "cnn.onnx", "--json")
+    assert code == 0
+    info = json.loads(out)
+    assert info["kind"] == "onnx" and info["input_spec"]["height"] == 28 and info["num_classes"] == 10
+    assert set(info) >= {"source", "kind", "architecture", "num_params", "input_spec", "sha256", "description", "warnings"}
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["does_not_exist.pt"], "no such file"),
+        (["timm:resnt18"], "Did you mean 'timm:resnet18'"),
+        (["builtin:digitz"], "Did you mean 'digits'"),
+        (["{dir}/cnn_pickled.pt", "--input-size", "1,28,28", "--num-classes", "10"], "--trust-pickle"),
+        (["{dir}/cnn.onnx", "--input-size", "1,32,32"], "--input-size"),
+        (["{dir}/cnn_script.pt", "--input-size", "1,28,28", "--num-classes", "7"], "--num-classes"),
+        (["{dir}/cnn_script.pt"], "--input-size"),
+        (["{dir}/resnet18_state.pt", "--num-classes", "10", "--in-chans", "1"], "--arch"),
+        (["{dir}/resnet18_state.pt", "--arch", "timm:resnet18", "--num-classes", "5", "--in-chans", "1"], "--num-classes"),
+        (["{dir}/corrupt.safetensors", "--arch", "datalens_cnn"], "not a valid safetensors"),
+        (["{dir}/corrupt.pt", "--arch", "datalens_cnn"], "corrupt"),
+        (["{dir}/corrupt.onnx"], "onnxruntime cannot load"),
+    ],
+)
+def test_bad_inputs_fail_with_one_line(cli, models, args, needle):
+    d = models["dir"]
+    for name in ("corrupt.safetensors", "corrupt.pt", "corrupt.onnx"):
+        (d / name).write_bytes(b"\x00garbage" * 10)
+    code, out, err = cli("inspect", *[a.format(dir=d) for a in args])
+    assert code == 1
+    assert needle in err
+    assert err.strip().count("\n") == 0, err  # one line
+    assert "Traceback" not in err
+
+
+def test_help_is_fast_and_lists_commands():
+    r = subprocess.run([sys.executable, "-m", "dpconvert", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    for cmd in ("inspect", "plan", "convert", "audit"):
+        assert cmd in r.stdout
+    r = subprocess.run([sys.executable, "-c", "import sys, dpconvert.cli; print('torch' in sys.modules)"], capture_output=True, text=True)
+    assert r.stdout.strip() == "False"  # --help must not pay for torch
+
+
+def test_usage_error_exit_code(cli):
+    code, _, _ = cli("plan", "--no-such-flag")
+    assert code == 2
