@@ -1,0 +1,228 @@
+"""DPDFD: differentially private data-free distillation (seed 003, Alg. 1; ALGORITHMS.md §2).
+
+The only teacher information that leaves this module's release step is the
+output of ``NormalisedGaussianRelease``: per-row normalised, Gaussian-noised
+gradients of L_T w.r.t. the student logits. Everything after it — the student
+update, replaying released (x, y_s) pairs, the generator update against the
+student — is post-processing (ALGORITHMS.md §2, "utility levers"). The teacher
+is only ever called forward, under ``torch.inference_mode()``.
+
+A round = one noisy release of ``batch_size`` rows (one accountant event),
+followed by ``student_epochs`` passes of the student over every pair released
+so far and ``generator_steps`` generator updates with the student as a fixed
+discriminator. ε depends on σ and the number of releases only; the batch size
+and the replay are free for the query-level guarantee (the record-level worst
+case grows with √B: the card shows it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from .accounting import DpdfdAccountant
+from .mechanisms import NormalisedGaussianRelease
+
+
+@dataclass
+class DpdfdConfig:
+    releases: int = 8  # T: noisy releases (accountant events)
+    batch_size: int = 4096  # B: rows per release
+    sigma: float = 0.0  # noise multiplier (std σ·C per entry)
+    clip: float = 1.0  # C: row norm after normalisation
+    target_step: float = 5.0  # γ in y_s = s − γ·g̃ (seed 003 Alg. 1 line 10)
+    distill_loss: str = "ce"  # L_T: "ce" on the teacher argmax (paper) or "kd" (soft teacher probabilities)
+    student_target: str = "posterior"  # "posterior": Bayes-decoded soft labels (ce only); "paper": MSE to y_s
+    posterior_prior: str = "student"  # prior of the decoding: "student" (its current prediction, as in ALIBI) or "uniform"
+    kd_temperature: float = 4.0
+    student_epochs: int = 4  # replay passes over the whole buffer after each release
+    student_lr: float = 1e-3
+    minibatch: int = 256
+    generator_steps: int = 100  # generator updates per round (student as fixed discriminator)
+    generator_lr: float = 1e-3
+    gen_batch: int = 256
+    loss_ce: float = 1.0  # L_G: CE(student(G(z,c)), c) (argmax of the student for unconditional G)
+    loss_balance: float = 1.0  # α: Σ p̄ log p̄ (class balance)
+    loss_activation: float = 0.1  # β: −‖f_s(x)‖ (activation term)
+    loss_explore: float = 0.0  # −⟨g̃, s⟩ on the last release: push towards released disagreement
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RoundInfo:
+    round: int
+    releases: int
+    student_loss: float
+    generator_loss: float
+    seconds: float
+    times: dict
+
+
+def per_sample_output_gradient(student_logits: torch.Tensor, teacher_logits: torch.Tensor, cfg: DpdfdConfig) -> torch.Tensor:
+    """∂L_T/∂s for each row, closed form (ALGORITHMS.md §2 step 4)."""
+    p = F.softmax(student_logits, dim=1)
+    if cfg.distill_loss == "ce":  # L_T = CE(s, argmax t)
+        return p - F.one_hot(teacher_logits.argmax(1), p.shape[1]).float()
+    if cfg.distill_loss == "kd":  # L_T = τ²·KL(softmax(t/τ) ‖ softmax(s/τ)); gradient τ·(softmax(s/τ) − softmax(t/τ))
+        tau = cfg.kd_temperature
+        return tau * (F.softmax(student_logits / tau, 1) - F.softmax(teacher_logits / tau, 1))
+    raise ValueError(f"unknown distill loss {cfg.distill_loss!r}")
+
+
+def label_log_likelihood(student_logits: torch.Tensor, g_noisy: torch.Tensor, mech) -> torch.Tensor:
+    """log P(g̃ | teacher label c), up to a constant, for one noisy CE release (post-processing).
+
+    For L_T = CE(s, argmax t) the normalised row is ḡ_c = C·(p_s − e_c)/‖p_s − e_c‖
+    for the (unknown) teacher label c, and g̃ = ḡ_c + N(0, σ²C²I). Every ḡ_c has
+    norm C, so log P(g̃ | c) = ⟨g̃, ḡ_c⟩ / (σ²C²) + const. Adding a log-prior and a
+    softmax gives the posterior over the teacher label (ALIBI-style decoding,
+    Malek et al. 2021). At σ = 0 the likelihood is made a hard one-hot label.
+    """
+    p = F.softmax(student_logits, dim=1)
+    k = p.shape[1]
+    cands = p[:, None, :] - torch.eye(k, device=p.device)[None]  # (B, c, K): p_s − e_c
+    cands = mech.normalise(cands.reshape(-1, k)).reshape(-1, k, k)
+    score = torch.einsum("bk,bck->bc", g_noisy, cands)
+    if mech.sigma == 0:
+        return torch.where(F.one_hot(score.argmax(1), k).bool(), 0.0, -1e4)
+    return score / (mech.sigma * mech.clip) ** 2
+
+
+def _batched(fn: Callable, x: torch.Tensor, size: int) -> torch.Tensor:
+    return torch.cat([fn(chunk) for chunk in x.split(size)])
+
+
+class Dpdfd:
+    def __init__(self, teacher: Callable, student: torch.nn.Module, generator: torch.nn.Module, cfg: DpdfdConfig,
+                 accountant: DpdfdAccountant, device: str = "cpu") -> None:
+        self.teacher, self.student, self.generator, self.cfg = teacher, student.to(device), generator.to(device), cfg
+        self.device = device
+        self.noise_rng = torch.Generator().manual_seed(cfg.seed + 1)  # the DP noise: its own explicitly seeded stream
+        self.mechanism = NormalisedGaussianRelease(sigma=cfg.sigma, clip=cfg.clip, accountant=accountant, generator=self.noise_rng)
+        self.accountant = accountant
+        self.opt_s = torch.optim.Adam(self.student.parameters(), lr=cfg.student_lr)
+        self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=cfg.generator_lr)
+        self.buffer_x: list[torch.Tensor] = []
+        self.buffer_y: list[torch.Tensor] = []
+        self.last_release: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
+        self.rng = torch.Generator(device="cpu").manual_seed(cfg.seed)
+        self.num_classes = generator.spec.num_classes
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        z = torch.randn(n, self.generator.nz, generator=self.rng).to(self.device)
+        labels = (torch.arange(n) % self.num_classes)[torch.randperm(n, generator=self.rng)].to(self.device)
+        return z, labels
+
+    def _generate(self, z, labels):
+        return self.generator(z, labels if self.generator.num_classes else None)
+
+    # ------------------------------------------------------------ one round
+    def release(self) -> dict:
+        """Alg. 1 lines 2–10: synthesise B inputs, query the teacher, release noisy output gradients."""
+        cfg, times = self.cfg, {}
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            z, labels = self.sample(cfg.batch_size)
+            self.generator.eval()
+            x = _batched(lambda i: self._generate(z[i], labels[i]), torch.arange(cfg.batch_size), 1024)
+            self.generator.train()
+        times["generator"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            t_logits = _batched(self.teacher, x, 512).to(self.device)
+        times["teacher"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        self.student.eval()
+        with torch.no_grad():
+            s_logits = _batched(self.student, x, 1024)
+        g = per_sample_output_gradient(s_logits, t_logits.clone(), cfg)
+        del t_logits  # nothing un-noised from the teacher survives this function
+        g_noisy = self.mechanism.release(g)
+        del g
+        if cfg.student_target == "posterior":
+            y_s = label_log_likelihood(s_logits, g_noisy, self.mechanism)
+        else:
+            y_s = s_logits - cfg.target_step * g_noisy
+        self.buffer_x.append(x.detach())
+        self.buffer_y.append(y_s.detach())
+        self.last_release = (z, labels, g_noisy)
+        times["student"] = time.perf_counter() - t0
+        return times
+
+    def train_student(self) -> float:
+        """Alg. 1 lines 11–12 on every released pair (post-processing)."""
+        cfg = self.cfg
+        x, y = torch.cat(self.buffer_x), torch.cat(self.buffer_y)
+        self.student.train()
+        total, n = 0.0, 0
+        for _ in range(cfg.student_epochs):
+            for idx in torch.randperm(len(x), generator=self.rng).split(cfg.minibatch):
+                out = self.student(x[idx])
+                if cfg.student_target == "posterior":  # CE against the decoded soft labels
+                    logp = F.log_softmax(out, 1)
+                    prior = logp.detach() if cfg.posterior_prior == "student" else 0.0
+                    target = F.softmax(y[idx] + prior, dim=1)
+                    loss = -(target * logp).sum(1).mean()
+                else:  # seed 003 Alg. 1 line 11: L_S(s, y_s), here ½‖s − y_s‖² (its gradient at release is γ·g̃)
+                    loss = 0.5 * (out - y[idx]).pow(2).sum(1).mean()
+                self.opt_s.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt_s.step()
+                total, n = total + loss.item(), n + 1
+        return total / max(n, 1)
+
+    def train_generator(self) -> float:
+        """Alg. 1 lines 13–14: L_S + L_G with the student as a fixed discriminator (post-processing)."""
+        cfg = self.cfg
+        self.student.eval()
+        for p in self.student.parameters():
+            p.requires_grad_(False)
+        total = 0.0
+        try:
+            for _ in range(cfg.generator_steps):
+                z, labels = self.sample(cfg.gen_batch)
+                x = self._generate(z, labels)
+                feats = self.student.forward_features(x)
+                s = self.student.forward_head(feats)
+                target = labels if self.generator.num_classes else s.argmax(1)
+                p_mean = F.softmax(s, 1).mean(0)
+                loss = cfg.loss_ce * F.cross_entropy(s, target)
+                loss = loss + cfg.loss_balance * (p_mean * torch.log(p_mean + 1e-8)).sum()
+                loss = loss - cfg.loss_activation * feats.abs().mean()
+                if cfg.loss_explore and self.last_release is not None:
+                    z0, l0, g0 = self.last_release
+                    m = min(cfg.gen_batch, len(z0))
+                    pick = torch.randint(len(z0), (m,), generator=self.rng)
+                    s0 = self.student(self._generate(z0[pick], l0[pick]))
+                    loss = loss - cfg.loss_explore * (s0 * g0[pick]).sum(1).mean()
+                self.opt_g.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt_g.step()
+                total += loss.item()
+        finally:
+            for p in self.student.parameters():
+                p.requires_grad_(True)
+        return total / max(cfg.generator_steps, 1)
+
+    def run(self, on_round: Optional[Callable[[RoundInfo], None]] = None) -> None:
+        for r in range(1, self.cfg.releases + 1):
+            t0 = time.perf_counter()
+            times = self.release()
+            t1 = time.perf_counter()
+            ls = self.train_student()
+            times["student"] += time.perf_counter() - t1
+            lg = 0.0
+            if r < self.cfg.releases and self.cfg.generator_steps:
+                t1 = time.perf_counter()
+                lg = self.train_generator()
+                times["generator"] += time.perf_counter() - t1
+            if on_round:
+                on_round(RoundInfo(r, self.accountant.count(NormalisedGaussianRelease.mechanism), ls, lg, time.perf_counter() - t0, times))

@@ -1,0 +1,39 @@
+"""Noise-adding mechanisms. Each is the *only* place its noise is drawn, and it
+reports exactly the parameters it used to the accountant in the same call, so
+that the ε on the card cannot drift from the noise that ran."""
+
+from __future__ import annotations
+
+import torch
+
+from .accounting import DpdfdAccountant
+
+
+class NormalisedGaussianRelease:
+    """DPDFD's A_{C,σ} (seed 003 Alg. 1 lines 6–9, per ALGORITHMS.md §2 steps 5–6).
+
+    Each row g_i of the B×K matrix of per-sample output gradients is scaled to
+    norm C (ḡ_i = C·g_i / (‖g_i‖₂ + e)), then independent N(0, σ²C²) is added to
+    every entry. One call = one noisy release = one accountant event.
+    """
+
+    mechanism = "normalised_gaussian_release"
+
+    def __init__(self, *, sigma: float, clip: float, accountant: DpdfdAccountant, generator: torch.Generator, stability: float = 1e-6) -> None:
+        if sigma < 0 or clip <= 0:
+            raise ValueError("sigma must be >= 0 and clip > 0")
+        self.sigma, self.clip, self.stability = float(sigma), float(clip), float(stability)
+        self.accountant = accountant
+        self.generator = generator  # explicitly seeded; recorded on the card
+
+    def normalise(self, grads: torch.Tensor) -> torch.Tensor:
+        norms = grads.norm(dim=1, keepdim=True)
+        return self.clip * grads / (norms + self.stability)
+
+    def release(self, grads: torch.Tensor) -> torch.Tensor:
+        if grads.ndim != 2:
+            raise ValueError("expected a (batch, classes) matrix of output gradients")
+        g = self.normalise(grads.detach().float().cpu())
+        noise = torch.randn(g.shape, generator=self.generator) * (self.sigma * self.clip)
+        self.accountant.record(self.mechanism, sigma=self.sigma, clip=self.clip, batch_size=int(g.shape[0]))
+        return (g + noise).to(grads.device)

@@ -1,0 +1,28 @@
+"""Generator architectures behind a registry (one file per family).
+
+``create_generator(name, spec, ...)`` builds a generator sized from the
+classifier's ``InputSpec``. A generator maps latent codes (and optionally
+class labels) to images in the classifier's *normalised* input space: it ends
+in tanh → pixel range [0, 1] → (pixel − mean) / std.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from dpconvert.registry import Registry
+
+GENERATORS: Registry[Callable] = Registry("generator architecture")
+
+from . import dafl as _dafl  # noqa: E402,F401  (registers its architectures)
+
+
+def create_generator(name: str, spec, *, nz: int = 100, conditional: bool = True):
+    return GENERATORS.get(name)(spec, nz=nz, conditional=conditional)
+
+
+def default_generator_name(spec) -> str:
+    return "dafl"
+
+
+__all__ = ["GENERATORS", "create_generator", "default_generator_name"]
