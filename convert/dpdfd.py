@@ -36,7 +36,8 @@ class DpdfdConfig:
     clip: float = 1.0  # C: row norm after normalisation
     target_step: float = 5.0  # γ in y_s = s − γ·g̃ (seed 003 Alg. 1 line 10)
     distill_loss: str = "ce"  # L_T: "ce" on the teacher argmax (paper) or "kd" (soft teacher probabilities)
-    student_target: str = "posterior"  # "posterior": Bayes-decoded soft labels (ce only); "paper": MSE to y_s
+    student_target: str = "score"  # "score": MSE to decoded label scores; "posterior": CE to Bayes soft labels; "paper": MSE to y_s
+    score_scale: float = 5.0  # λ: logit gap the clean score target corresponds to
     posterior_prior: str = "student"  # prior of the decoding: "student" (its current prediction, as in ALIBI) or "uniform"
     kd_temperature: float = 4.0
     student_epochs: int = 4  # replay passes over the whole buffer after each release
@@ -48,7 +49,8 @@ class DpdfdConfig:
     loss_ce: float = 1.0  # L_G: CE(student(G(z,c)), c) (argmax of the student for unconditional G)
     loss_balance: float = 1.0  # α: Σ p̄ log p̄ (class balance)
     loss_activation: float = 0.1  # β: −‖f_s(x)‖ (activation term)
-    loss_explore: float = 0.0  # −⟨g̃, s⟩ on the last release: push towards released disagreement
+    prior_fraction: float = 0.5  # share of each release drawn from the data-independent prior (generators/random_fields.py)
+    prior_pool: int = 1  # after the first release, draw pool×n prior samples and keep a class-balanced, student-confident n
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -95,45 +97,87 @@ def label_log_likelihood(student_logits: torch.Tensor, g_noisy: torch.Tensor, me
     return score / (mech.sigma * mech.clip) ** 2
 
 
+def student_classes(student: torch.nn.Module) -> int:
+    head = student.get_classifier() if hasattr(student, "get_classifier") else student.head
+    return int(head.out_features)
+
+
 def _batched(fn: Callable, x: torch.Tensor, size: int) -> torch.Tensor:
     return torch.cat([fn(chunk) for chunk in x.split(size)])
 
 
 class Dpdfd:
-    def __init__(self, teacher: Callable, student: torch.nn.Module, generator: torch.nn.Module, cfg: DpdfdConfig,
-                 accountant: DpdfdAccountant, device: str = "cpu") -> None:
-        self.teacher, self.student, self.generator, self.cfg = teacher, student.to(device), generator.to(device), cfg
+    def __init__(self, teacher: Callable, student: torch.nn.Module, generator: Optional[torch.nn.Module], cfg: DpdfdConfig,
+                 accountant: DpdfdAccountant, device: str = "cpu", prior: Optional[torch.nn.Module] = None) -> None:
+        self.teacher, self.student, self.cfg = teacher, student.to(device), cfg
+        self.generator = generator.to(device) if generator is not None else None
+        self.prior = prior.to(device) if prior is not None else None
+        if self.generator is None and self.prior is None:
+            raise ValueError("DPDFD needs a generator, a prior, or both")
         self.device = device
         self.noise_rng = torch.Generator().manual_seed(cfg.seed + 1)  # the DP noise: its own explicitly seeded stream
         self.mechanism = NormalisedGaussianRelease(sigma=cfg.sigma, clip=cfg.clip, accountant=accountant, generator=self.noise_rng)
         self.accountant = accountant
         self.opt_s = torch.optim.Adam(self.student.parameters(), lr=cfg.student_lr)
-        self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=cfg.generator_lr)
+        self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=cfg.generator_lr) if self.generator is not None else None
         self.buffer_x: list[torch.Tensor] = []
         self.buffer_y: list[torch.Tensor] = []
-        self.last_release: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
         self.rng = torch.Generator(device="cpu").manual_seed(cfg.seed)
-        self.num_classes = generator.spec.num_classes
+        self.num_classes = student_classes(student)
 
     # ------------------------------------------------------------ sampling
-    def sample(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        z = torch.randn(n, self.generator.nz, generator=self.rng).to(self.device)
+    def sample(self, n: int, nz: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        z = torch.randn(n, nz or self.generator.nz, generator=self.rng).to(self.device)
         labels = (torch.arange(n) % self.num_classes)[torch.randperm(n, generator=self.rng)].to(self.device)
         return z, labels
 
     def _generate(self, z, labels):
         return self.generator(z, labels if self.generator.num_classes else None)
 
+    @torch.no_grad()
+    def _select_balanced(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """Indices of n inputs, n/K per student-predicted class, most confident first (post-processing)."""
+        self.student.eval()
+        probs = F.softmax(_batched(self.student, x, 4096), 1)
+        conf, cls = probs.max(1)
+        per = -(-n // self.num_classes)
+        keep = []
+        for c in range(self.num_classes):
+            idx = (cls == c).nonzero().squeeze(1)
+            keep.append(idx[conf[idx].argsort(descending=True)[:per]])
+        keep = torch.cat(keep)
+        if len(keep) < n:  # rare classes ran out: fill with the most confident of the rest
+            rest = torch.ones(len(x), dtype=torch.bool)
+            rest[keep] = False
+            others = rest.nonzero().squeeze(1)
+            keep = torch.cat([keep, others[conf[others].argsort(descending=True)[: n - len(keep)]]])
+        return keep[:n]
+
+    @torch.no_grad()
+    def synthesise(self, n: int) -> torch.Tensor:
+        """n fresh inputs: a ``prior_fraction`` share from the prior, the rest from the generator."""
+        n_prior = n if self.generator is None else (0 if self.prior is None else int(round(n * self.cfg.prior_fraction)))
+        parts = []
+        if n_prior:
+            pool = self.cfg.prior_pool if self.buffer_x else 1
+            z, _ = self.sample(n_prior * pool, self.prior.nz)
+            xp = _batched(lambda i: self.prior(z[i]), torch.arange(len(z)), 4096)
+            if pool > 1:
+                xp = xp[self._select_balanced(xp, n_prior)]
+            parts.append(xp)
+        if n - n_prior:
+            z, labels = self.sample(n - n_prior)
+            self.generator.eval()
+            parts.append(_batched(lambda i: self._generate(z[i], labels[i]), torch.arange(n - n_prior), 1024))
+            self.generator.train()
+        return torch.cat(parts)
+
     # ------------------------------------------------------------ one round
     def release(self) -> dict:
         """Alg. 1 lines 2–10: synthesise B inputs, query the teacher, release noisy output gradients."""
         cfg, times = self.cfg, {}
         t0 = time.perf_counter()
-        with torch.no_grad():
-            z, labels = self.sample(cfg.batch_size)
-            self.generator.eval()
-            x = _batched(lambda i: self._generate(z[i], labels[i]), torch.arange(cfg.batch_size), 1024)
-            self.generator.train()
+        x = self.synthesise(cfg.batch_size)
         times["generator"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         with torch.inference_mode():
@@ -147,13 +191,15 @@ class Dpdfd:
         del t_logits  # nothing un-noised from the teacher survives this function
         g_noisy = self.mechanism.release(g)
         del g
-        if cfg.student_target == "posterior":
+        if cfg.student_target in ("posterior", "score"):
             y_s = label_log_likelihood(s_logits, g_noisy, self.mechanism)
+            if cfg.student_target == "score":  # unbiased: E[score_c] = ⟨ḡ_t, ḡ_c⟩, maximal at the teacher label
+                y_s = cfg.score_scale * y_s * (self.mechanism.sigma * self.mechanism.clip) ** 2 / self.mechanism.clip**2 if self.mechanism.sigma > 0 else cfg.score_scale * (y_s == 0).float()
+                y_s = y_s - y_s.mean(1, keepdim=True)
         else:
             y_s = s_logits - cfg.target_step * g_noisy
         self.buffer_x.append(x.detach())
         self.buffer_y.append(y_s.detach())
-        self.last_release = (z, labels, g_noisy)
         times["student"] = time.perf_counter() - t0
         return times
 
@@ -171,6 +217,8 @@ class Dpdfd:
                     prior = logp.detach() if cfg.posterior_prior == "student" else 0.0
                     target = F.softmax(y[idx] + prior, dim=1)
                     loss = -(target * logp).sum(1).mean()
+                elif cfg.student_target == "score":
+                    loss = 0.5 * (out - out.mean(1, keepdim=True) - y[idx]).pow(2).sum(1).mean()
                 else:  # seed 003 Alg. 1 line 11: L_S(s, y_s), here ½‖s − y_s‖² (its gradient at release is γ·g̃)
                     loss = 0.5 * (out - y[idx]).pow(2).sum(1).mean()
                 self.opt_s.zero_grad(set_to_none=True)
@@ -197,12 +245,6 @@ class Dpdfd:
                 loss = cfg.loss_ce * F.cross_entropy(s, target)
                 loss = loss + cfg.loss_balance * (p_mean * torch.log(p_mean + 1e-8)).sum()
                 loss = loss - cfg.loss_activation * feats.abs().mean()
-                if cfg.loss_explore and self.last_release is not None:
-                    z0, l0, g0 = self.last_release
-                    m = min(cfg.gen_batch, len(z0))
-                    pick = torch.randint(len(z0), (m,), generator=self.rng)
-                    s0 = self.student(self._generate(z0[pick], l0[pick]))
-                    loss = loss - cfg.loss_explore * (s0 * g0[pick]).sum(1).mean()
                 self.opt_g.zero_grad(set_to_none=True)
                 loss.backward()
                 self.opt_g.step()
@@ -220,7 +262,7 @@ class Dpdfd:
             ls = self.train_student()
             times["student"] += time.perf_counter() - t1
             lg = 0.0
-            if r < self.cfg.releases and self.cfg.generator_steps:
+            if r < self.cfg.releases and self.cfg.generator_steps and self.generator is not None:
                 t1 = time.perf_counter()
                 lg = self.train_generator()
                 times["generator"] += time.perf_counter() - t1

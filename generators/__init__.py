@@ -15,6 +15,7 @@ from dpconvert.registry import Registry
 GENERATORS: Registry[Callable] = Registry("generator architecture")
 
 from . import dafl as _dafl  # noqa: E402,F401  (registers its architectures)
+from . import random_fields as _random_fields  # noqa: E402,F401
 
 
 def create_generator(name: str, spec, *, nz: int = 100, conditional: bool = True):
