@@ -73,3 +73,126 @@ def print_plan(result: dict) -> None:
         table.add_row(*r)
     out.print(table)
     out.print(f"adjacency: {result['adjacency']}")
+
+
+# ------------------------------------------------------------------ convert (the main job)
+from pathlib import Path  # noqa: E402
+
+from .cli import Arch, Device, InChans, InputSize, Mean, NumClasses, Std, TrustPickle, Weights, _load_options  # noqa: E402
+
+
+@app.command()
+def convert(
+    teacher: Annotated[str, typer.Argument(help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:digits.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output student, an .onnx file; the card goes to OUT.card.json / OUT.card.md.")] = Path("student.onnx"),
+    eps: Annotated[Optional[float], typer.Option("--eps", help="Target ε (query-level, see the card); σ is calibrated to it.")] = 1.0,
+    delta: Annotated[float, typer.Option("--delta", help="Target δ.")] = 1e-5,
+    noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="Use this σ instead of calibrating; ε is computed and printed.")] = None,
+    steps: Annotated[int, typer.Option("--steps", help="Noisy releases T (ε depends on σ and T only).")] = 2,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Rows per release B (default from the input size; free for query-level ε).")] = None,
+    clip: Annotated[float, typer.Option("--clip", help="Row norm C of the normalised output gradients.")] = 1.0,
+    student: Annotated[Optional[str], typer.Option("--student", help="Student architecture: a registered name or timm:NAME (default from the input size).")] = None,
+    generator: Annotated[Optional[str], typer.Option("--generator", help="A learned generator mixed with the random-field prior (e.g. dafl); default: prior only.")] = None,
+    epochs: Annotated[int, typer.Option("--epochs", help="Student passes over the released pairs after each release.")] = 3,
+    eval_data: Annotated[Optional[str], typer.Option("--eval-data", help="Labelled data to report accuracy on (not covered by the guarantee).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for everything, including the DP noise stream.")] = 0,
+    device: Device = "cpu",
+    arch: Arch = None,
+    num_classes: NumClasses = None,
+    in_chans: InChans = None,
+    input_size: InputSize = None,
+    mean: Mean = None,
+    std: Std = None,
+    weights: Weights = None,
+    trust_pickle: TrustPickle = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON at the end instead of the summary table.")] = False,
+) -> None:
+    """Convert TEACHER into a DP student (DPDFD) with an ONNX export and a privacy card."""
+    import shlex
+    import sys
+
+    import torch
+
+    from .pipeline import ConvertOptions, convert as run_convert
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    lo = _load_options(arch, num_classes, in_chans, input_size, mean, std, weights, trust_pickle, device)
+    opts = ConvertOptions(out=out, eps=None if noise_multiplier is not None else eps, delta=delta, noise_multiplier=noise_multiplier,
+                          releases=steps, batch_size=batch_size, clip=clip, student=student, generator=generator,
+                          student_epochs=epochs, seed=seed, device=lo.device, eval_data=eval_data,
+                          command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    reporter = _ProgressReporter(steps, epochs)
+    try:
+        result = run_convert(teacher, opts, lo, on_plan=reporter.plan, on_progress=reporter.tick)
+    finally:
+        reporter.close()
+    if as_json:
+        print(result.card.to_json())
+        return
+    _print_summary(result)
+
+
+class _ProgressReporter:
+    """Rich progress bar on a TTY, one plain line per unit of work otherwise."""
+
+    def __init__(self, releases: int, epochs: int) -> None:
+        self.total = releases * (1 + epochs)
+        self.progress = None
+        self.task = None
+        self.sigma = None
+        self.delta = None
+
+    def plan(self, plan: dict) -> None:
+        from .cli_commands import print_plan
+        from .console import is_tty
+
+        print_plan(plan)
+        self.sigma, self.delta = plan["sigma"], plan["delta"]
+        if is_tty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(TextColumn("[bold]DPDFD"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                                     TimeElapsedColumn(), console=out, transient=False)
+            self.progress.start()
+            self.task = self.progress.add_task("", total=self.total)
+
+    def tick(self, info: dict) -> None:
+        from .accounting import dpdfd
+
+        eps = dpdfd.epsilon(sigma=self.sigma, steps=info["releases"], delta=self.delta) if self.sigma else float("inf")
+        parts = [f"releases {info['releases']}", f"ε spent {eps:.3f}"]
+        if "loss" in info:
+            parts.append(f"loss {info['loss']:.3g}")
+        if info.get("agreement") is not None:
+            parts.append(f"agreement (synthetic held-out) {info['agreement']:.3f}")
+        text = "  ".join(parts)
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, description=text)
+        else:
+            out.print(f"{info['kind']}: {text}")
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _print_summary(result) -> None:
+    from rich.table import Table
+
+    d = result.card.data
+    g = d["guarantee"]
+    t = Table(title="dpconvert summary", show_header=False)
+    rows = [
+        ("student", f"{result.out}  ({d['model']['architecture']}, {d['model']['num_params']:,} parameters)"),
+        ("privacy card", f"{result.card_json}, {result.card_md}"),
+        ("ε, δ (scope)", f"{g['epsilon'] if isinstance(g['epsilon'], str) else round(g['epsilon'], 4)}, {g['delta']:g} ({g['scope']})"),
+        ("record-level worst case ε", str(g["record_level_epsilon"] if isinstance(g["record_level_epsilon"], str) else round(g["record_level_epsilon"], 2))),
+        ("ONNX parity", f"max |Δ| {d['export']['parity']['max_abs_diff']:.1e}, top-1 agreement {d['export']['parity']['top1_agreement']:.3f}"),
+        ("time", f"{result.seconds:.1f} s"),
+    ]
+    u = d.get("utility")
+    if u:
+        rows.append(("accuracy (not DP-covered)", f"teacher {u['teacher_accuracy']:.4f}, student {u['student_accuracy']:.4f}, agreement {u['agreement']:.4f} on {u['evaluation_data']}"))
+    for r in rows:
+        t.add_row(*r)
+    out.print(t)

@@ -225,7 +225,32 @@ class Dpdfd:
                 loss.backward()
                 self.opt_s.step()
                 total, n = total + loss.item(), n + 1
+            self._tick(kind="student_epoch", loss=total / max(n, 1))
         return total / max(n, 1)
+
+    def attach_holdout(self, n: int = 1000) -> None:
+        """A held-out synthetic batch for the progress display only.
+
+        Its un-noised teacher labels are shown to the operator (who holds the
+        teacher anyway) and never reach the student, the generator or the card.
+        """
+        x = self.synthesise(n)
+        with torch.inference_mode():
+            self._holdout = (x, _batched(self.teacher, x, 512).argmax(1).cpu())
+
+    @torch.no_grad()
+    def holdout_agreement(self) -> Optional[float]:
+        if getattr(self, "_holdout", None) is None:
+            return None
+        x, t = self._holdout
+        self.student.eval()
+        return float((_batched(self.student, x, 1024).argmax(1).cpu() == t).float().mean())
+
+    def _tick(self, **info) -> None:
+        if getattr(self, "on_progress", None):
+            info["releases"] = self.accountant.count(NormalisedGaussianRelease.mechanism)
+            info["agreement"] = self.holdout_agreement()
+            self.on_progress(info)
 
     def train_generator(self) -> float:
         """Alg. 1 lines 13–14: L_S + L_G with the student as a fixed discriminator (post-processing)."""
@@ -254,10 +279,12 @@ class Dpdfd:
                 p.requires_grad_(True)
         return total / max(cfg.generator_steps, 1)
 
-    def run(self, on_round: Optional[Callable[[RoundInfo], None]] = None) -> None:
+    def run(self, on_round: Optional[Callable[[RoundInfo], None]] = None, on_progress: Optional[Callable[[dict], None]] = None) -> None:
+        self.on_progress = on_progress
         for r in range(1, self.cfg.releases + 1):
             t0 = time.perf_counter()
             times = self.release()
+            self._tick(kind="release", round=r)
             t1 = time.perf_counter()
             ls = self.train_student()
             times["student"] += time.perf_counter() - t1

@@ -1,0 +1,244 @@
+"""The main job: load teacher → plan budget → run DPDFD → export → privacy card.
+
+``convert(...)`` is the Python API behind ``dpconvert TEACHER --eps 1 --out
+student.onnx``. It writes nothing until everything has succeeded: the ONNX
+student, ``<out>.card.json`` and ``<out>.card.md`` appear together or not at all.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import math
+import platform
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import __version__
+from .errors import DpconvertError
+
+log = logging.getLogger("dpconvert")
+
+NOT_COVERED = [
+    "evaluation numbers computed on private data (the utility block)",
+    "the teacher itself and anything released about it outside this card",
+    "hyper-parameter choices tuned on private data, if any were",
+]
+
+
+@dataclass
+class ConvertOptions:
+    out: Path
+    eps: Optional[float] = 1.0
+    delta: float = 1e-5
+    noise_multiplier: Optional[float] = None  # give σ and compute ε instead of calibrating
+    releases: int = 2  # T: noisy releases
+    batch_size: Optional[int] = None  # B: rows per release (default from the input size)
+    clip: float = 1.0
+    student: Optional[str] = None
+    generator: Optional[str] = None  # a learned generator mixed with the prior, e.g. "dafl"
+    prior_pool: int = 10
+    student_epochs: int = 3
+    seed: int = 0
+    device: str = "cpu"
+    eval_data: Optional[str] = None
+    parity_inputs: int = 256
+    command: Optional[str] = None
+    overrides: dict = field(default_factory=dict)  # any other DpdfdConfig field
+
+
+@dataclass
+class ConvertResult:
+    out: Path
+    card_json: Path
+    card_md: Path
+    card: object  # PrivacyCard
+    seconds: float
+    rounds: list
+
+
+def default_batch_size(spec) -> int:
+    """Rows per release: ε does not depend on it; the student's signal-to-noise grows with √B."""
+    pixels = spec.channels * spec.height * spec.width
+    if pixels <= 256:
+        return 150_000
+    if pixels <= 1024:
+        return 60_000
+    return 16_384
+
+
+def check_output_path(out: Path) -> Path:
+    out = Path(out)
+    if out.suffix.lower() != ".onnx":
+        raise DpconvertError(f"--out must end in .onnx (the student is exported to ONNX), got {out.name!r}")
+    if out.exists() and out.is_dir():
+        raise DpconvertError(f"--out {out} is a directory; give a file name such as {out / 'student.onnx'}")
+    if not out.parent.exists():
+        raise DpconvertError(f"the folder {out.parent} does not exist; create it or choose another --out")
+    return out
+
+
+def plan_for(opts: ConvertOptions, batch_size: int) -> dict:
+    from .planning import plan_dpdfd
+
+    if opts.eps is None and opts.noise_multiplier is None:
+        raise DpconvertError("give --eps (target) or --noise-multiplier (and ε is computed)")
+    return plan_dpdfd(eps=opts.eps, delta=opts.delta, steps=opts.releases, batch_size=batch_size,
+                      noise_multiplier=opts.noise_multiplier)
+
+
+def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
+            on_plan: Optional[Callable[[dict], None]] = None, on_progress: Optional[Callable[[dict], None]] = None) -> ConvertResult:
+    import torch
+
+    from .accounting import DpdfdAccountant
+    from .dpdfd import Dpdfd, DpdfdConfig
+    from .generators import create_generator
+    from .students import create_student, default_student_name
+    from .teachers import LoadOptions, load_teacher
+
+    start = time.perf_counter()
+    out = check_output_path(opts.out)
+    if opts.clip <= 0:
+        raise DpconvertError("--clip must be > 0")
+    if opts.releases < 1:
+        raise DpconvertError("--steps must be >= 1")
+    load_options = load_options or LoadOptions(device=opts.device)
+    teacher = load_teacher(teacher_source, load_options)
+    spec = teacher.spec
+    warnings = list(teacher.warnings)
+    eval_ds = None
+    if opts.eval_data:
+        from .data import load_data
+
+        eval_ds = load_data(opts.eval_data, spec, require_labels=True)
+    batch_size = opts.batch_size or default_batch_size(spec)
+    if batch_size < 1:
+        raise DpconvertError("--batch-size must be >= 1")
+    plan = plan_for(opts, batch_size)
+    if opts.noise_multiplier is not None and opts.noise_multiplier == 0:
+        warnings.append("noise multiplier 0: this student is NOT differentially private (ε = ∞); for comparison only")
+    if on_plan:
+        on_plan(plan)
+
+    torch.manual_seed(opts.seed)
+    student_name = opts.student or default_student_name(spec)
+    student = create_student(student_name, spec)
+    prior = create_generator("random_fields", spec)
+    generator = create_generator(opts.generator, spec) if opts.generator else None
+    cfg = DpdfdConfig(releases=opts.releases, batch_size=batch_size, sigma=plan["sigma"], clip=opts.clip,
+                      prior_pool=opts.prior_pool, student_epochs=opts.student_epochs, seed=opts.seed,
+                      prior_fraction=1.0 if generator is None else 0.5, minibatch=1024)
+    for k, v in opts.overrides.items():
+        if not hasattr(cfg, k):
+            raise DpconvertError(f"unknown DPDFD setting {k!r}")
+        setattr(cfg, k, v)
+    accountant = DpdfdAccountant()
+    job = Dpdfd(teacher, student, generator, cfg, accountant, device=opts.device, prior=prior)
+    if on_progress:
+        job.attach_holdout()
+    rounds: list = []
+    job.run(lambda info: rounds.append(info), on_progress=on_progress)
+
+    # The accountant, fed by the mechanism that drew the noise, must agree with the plan.
+    eps_spent = accountant.epsilon(delta=opts.delta)
+    if accountant.count("normalised_gaussian_release") != opts.releases or not math.isclose(eps_spent, plan["epsilon"], rel_tol=1e-9, abs_tol=1e-12):
+        raise DpconvertError(f"internal error: the mechanism spent ε={eps_spent} but the plan said ε={plan['epsilon']}; nothing was written")
+    if opts.eps is not None and eps_spent > opts.eps:
+        raise DpconvertError(f"internal error: ε spent {eps_spent} exceeds the target {opts.eps}; nothing was written")
+
+    utility = evaluate(teacher, student, eval_ds, opts.device) if eval_ds is not None else None
+    student = student.cpu().eval()
+    from .export import OPSET, export_onnx, parity
+
+    proto = export_onnx(student, spec.shape)
+    probe = job.synthesise(opts.parity_inputs).cpu()
+    par = parity(student, proto, probe)
+    if par.max_abs_diff > 1e-3 or par.top1_agreement < 0.99:
+        warnings.append(f"ONNX parity is weak: max |Δ| = {par.max_abs_diff:.2e}, top-1 agreement {par.top1_agreement:.3f}")
+
+    from dpconvert.zoo_cards import PrivacyCard, card_paths, embed_card, model_sha256, render_markdown
+    from dpconvert.zoo_cards.onnx_meta import SHA256_METHOD
+
+    from .accounting import library_versions
+
+    card = PrivacyCard({
+        "schema_version": "1.0",
+        "dpconvert_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": opts.command or f"dpconvert {shlex.quote(teacher_source)} --out {shlex.quote(out.name)}",
+        "seed": opts.seed,
+        "model": {
+            "file": out.name, "sha256": model_sha256(proto), "sha256_method": SHA256_METHOD, "format": "onnx", "opset": OPSET,
+            "input_shape": [None, *spec.shape], "mean": list(spec.mean), "std": list(spec.std), "num_classes": spec.num_classes,
+            "class_names": None, "num_params": int(sum(p.numel() for p in student.parameters())), "architecture": student_name,
+        },
+        "teacher": {"source": teacher_source, "kind": teacher.kind, "sha256": teacher.sha256, "architecture": teacher.arch, "trained_with_dp": None},
+        "guarantee": {
+            "epsilon": _num(plan["epsilon"]), "delta": opts.delta, "scope": "query", "adjacency": plan["adjacency"],
+            "record_level_epsilon": _num(plan["record_level_epsilon"]), "replace_one_epsilon": _num(plan["replace_one_epsilon"]),
+            "covers": ["the released student model (weights and graph in this file)",
+                       "any later use of the student (post-processing)"],
+            "not_covered": NOT_COVERED,
+        },
+        "accounting": {
+            "accountant": accountant.name,
+            "epsilons": {k: _num(v) for k, v in accountant.epsilons(delta=opts.delta).items() if k != "epsilon"},
+            "cross_check": {k: _num(v) for k, v in (accountant.cross_check(delta=opts.delta) if plan["sigma"] > 0 else {}).items()},
+            "libraries": library_versions(),
+            "calibrated": plan["calibrated"],
+            "target_epsilon": opts.eps if plan["calibrated"] else None,
+            "state": accountant.state_dict(),
+        },
+        "mechanism": {
+            "method": "dpdfd",
+            "sigma": plan["sigma"], "clip": opts.clip, "batch_size": batch_size, "releases": opts.releases,
+            "distill_loss": cfg.distill_loss, "noise_rng": f"torch.Generator (CPU) seeded with {cfg.seed + 1}",
+            "query_source": "random-field prior" + (f" + {opts.generator} generator" if generator is not None else "")
+                            + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 else ""),
+            "config": cfg.to_dict(),
+        },
+        "utility": utility,
+        "export": {"onnx_checker": "passed (full_check=True)", "parity": par.to_dict(), "onnxruntime_device": "cpu"},
+        "audit": None,
+        "warnings": warnings,
+    }).validate("generated card")
+    embed_card(proto, card)
+    from .atomic import AtomicOutputs
+
+    card_json, card_md = card_paths(out)
+    with AtomicOutputs() as outputs:
+        outputs.write(out, proto.SerializeToString())
+        outputs.write(card_json, card.to_json())
+        outputs.write(card_md, render_markdown(card))
+    for w in warnings:
+        log.warning("warning: %s", w)
+    return ConvertResult(out, card_json, card_md, card, time.perf_counter() - start, rounds)
+
+
+def _num(v: float):
+    """JSON has no infinity: ε = ∞ (no noise) is written as the string "inf"."""
+    return "inf" if isinstance(v, float) and math.isinf(v) else v
+
+
+def evaluate(teacher, student, ds, device: str) -> dict:
+    import torch
+
+    student.eval()
+    with torch.no_grad():
+        s = torch.cat([student(x.to(device)).argmax(1).cpu() for x in ds.x.split(1024)])
+    with torch.inference_mode():
+        t = torch.cat([teacher(x).argmax(1).cpu() for x in ds.x.split(1024)])
+    return {
+        "evaluation_data": ds.description,
+        "examples": len(ds),
+        "teacher_accuracy": float((t == ds.y).float().mean()),
+        "student_accuracy": float((s == ds.y).float().mean()),
+        "agreement": float((s == t).float().mean()),
+        "covered_by_guarantee": False,
+        "note": "computed outside the DP mechanism; if the evaluation data is private, these numbers are not protected",
+    }

@@ -1,0 +1,48 @@
+"""Embed a card in / extract it from an ONNX model's ``metadata_props``.
+
+The model hash is computed over ``ModelProto.graph`` serialised
+deterministically, so embedding (or editing) metadata never changes it, while
+any change to weights or graph does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Optional
+
+from dpconvert.errors import DpconvertError
+
+from .card import PrivacyCard
+
+METADATA_KEY = "dpconvert.privacy_card"
+SHA256_METHOD = "sha256 of onnx ModelProto.graph.SerializeToString(deterministic=True): weights and graph, metadata excluded"
+
+
+def model_sha256(proto) -> str:
+    return hashlib.sha256(proto.graph.SerializeToString(deterministic=True)).hexdigest()
+
+
+def embed_card(proto, card: PrivacyCard) -> None:
+    """Merge the card into ``metadata_props`` (``onnx.helper.set_model_props`` would replace all)."""
+    props = {p.key: p.value for p in proto.metadata_props}
+    props[METADATA_KEY] = card.to_json()
+    del proto.metadata_props[:]
+    for k, v in props.items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = k, v
+
+
+def extract_card(proto, source: str = "model") -> Optional[PrivacyCard]:
+    for p in proto.metadata_props:
+        if p.key == METADATA_KEY:
+            return PrivacyCard.from_json(p.value, f"{source} (embedded card)")
+    return None
+
+
+def load_onnx(path: str):
+    import onnx
+
+    try:
+        return onnx.load(path)
+    except Exception as e:
+        raise DpconvertError(f"{path}: not a readable ONNX model ({str(e).splitlines()[0][:160]})") from None
