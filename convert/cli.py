@@ -148,7 +148,11 @@ def _with_default_command(argv: list[str]) -> list[str]:
 def main() -> None:
     argv = _with_default_command(sys.argv[1:])
     try:
-        app(args=argv, prog_name="dpconvert", standalone_mode=False)
+        rc = app(args=argv, prog_name="dpconvert", standalone_mode=False)
+        if isinstance(rc, int) and rc:  # Typer turns Ctrl-C into Exit(130) and returns the code
+            if rc == 130:
+                err.print("interrupted; no output was written", style="bold red")
+            sys.exit(rc)
     except DpconvertError as e:
         err.print(f"error: {e}", style="bold red", markup=False)
         sys.exit(1)

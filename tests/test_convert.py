@@ -1,0 +1,127 @@
+"""End to end through the CLI on the built-in teacher: ONNX + card whose ε the accountant recomputes."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import onnxruntime as ort
+import numpy as np
+import pytest
+
+from dpconvert.accounting import ACCOUNTANTS, dpdfd
+from dpconvert.zoo_cards import PrivacyCard, extract_card, model_sha256
+
+FAST = ["--steps", "2", "--batch-size", "1500", "--epochs", "1"]
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """One small conversion shared by the tests below (main form: no 'convert' word)."""
+    import sys
+
+    from dpconvert import cli
+
+    out = tmp_path_factory.mktemp("conv") / "student.onnx"
+    old = sys.argv
+    sys.argv = ["dpconvert", "builtin:digits", "--eps", "1", "--out", str(out), "--eval-data", "builtin:digits", *FAST]
+    try:
+        with pytest.raises(SystemExit) as e:
+            cli.main()
+    finally:
+        sys.argv = old
+    assert e.value.code == 0
+    return out
+
+
+def test_outputs_exist_and_card_is_valid(converted):
+    card = PrivacyCard.read(str(converted) + ".card.json")
+    assert (converted.parent / "student.onnx.card.md").read_text().startswith("---\ntags:\n- differential-privacy")
+    assert card.scope == "query" and card.delta == 1e-5 and card.epsilon <= 1.0
+    assert card.record_level_epsilon > card.epsilon
+    assert card.data["utility"]["covered_by_guarantee"] is False
+    assert 0.0 <= card.data["utility"]["student_accuracy"] <= 1.0
+    assert not [p for p in converted.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_card_epsilon_is_recomputed_from_its_own_parameters(converted):
+    card = PrivacyCard.read(str(converted) + ".card.json").data
+    acc = ACCOUNTANTS.get(card["accounting"]["accountant"])().load_state_dict(card["accounting"]["state"])
+    assert acc.epsilon(delta=card["guarantee"]["delta"]) == pytest.approx(card["guarantee"]["epsilon"], rel=1e-12)
+    m = card["mechanism"]
+    assert acc.count("normalised_gaussian_release") == m["releases"] == 2
+    assert acc.events[0].params == {"sigma": m["sigma"], "clip": m["clip"], "batch_size": m["batch_size"]}
+    assert dpdfd.epsilon(sigma=m["sigma"], steps=m["releases"], delta=1e-5) == pytest.approx(card["guarantee"]["epsilon"])
+    rec = dpdfd.epsilon(sigma=m["sigma"], steps=m["releases"], delta=1e-5, batch_size=m["batch_size"], scope="record")
+    assert card["guarantee"]["record_level_epsilon"] == pytest.approx(rec)
+
+
+def test_embedded_card_and_hash(converted):
+    proto = onnx.load(str(converted))
+    onnx.checker.check_model(proto, full_check=True)
+    embedded = extract_card(proto)
+    sidecar = PrivacyCard.read(str(converted) + ".card.json")
+    assert embedded.data == sidecar.data
+    assert model_sha256(proto) == sidecar.model_sha256
+    sess = ort.InferenceSession(str(converted), providers=["CPUExecutionProvider"])
+    out = sess.run(None, {sess.get_inputs()[0].name: np.zeros((3, 1, 8, 8), np.float32)})[0]
+    assert out.shape == (3, 10)  # dynamic batch axis
+    par = sidecar.data["export"]["parity"]
+    assert par["max_abs_diff"] < 1e-4 and par["top1_agreement"] == 1.0
+
+
+def test_same_seed_same_student(tmp_path, cli):
+    hashes = []
+    for name in ("a.onnx", "b.onnx"):
+        code, _, err = cli("convert", "builtin:digits", "--out", tmp_path / name, "--seed", "3", *FAST)
+        assert code == 0, err
+        hashes.append(PrivacyCard.read(tmp_path / f"{name}.card.json").model_sha256)
+    assert hashes[0] == hashes[1]
+
+
+def test_noise_multiplier_gives_computed_epsilon(tmp_path, cli):
+    code, out, err = cli("builtin:digits", "--noise-multiplier", "20", "--out", tmp_path / "s.onnx", "--json", *FAST)
+    assert code == 0, err
+    card = json.loads(out[out.index("{\n  \"schema_version\""):])
+    assert card["guarantee"]["epsilon"] == pytest.approx(dpdfd.epsilon(sigma=20.0, steps=2, delta=1e-5))
+    assert card["accounting"]["calibrated"] is False
+
+
+def test_interrupt_leaves_no_output(tmp_path, cli, monkeypatch):
+    import dpconvert.export as export
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export, "parity", boom)
+    code, _, err = cli("builtin:digits", "--out", tmp_path / "s.onnx", *FAST)
+    assert code == 130
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failure_while_writing_leaves_no_output(tmp_path, cli, monkeypatch):
+    import dpconvert.zoo_cards as zc
+
+    def disk_full(card):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(zc, "render_markdown", disk_full)  # fails after the model and JSON temps are written
+    with pytest.raises(RuntimeError):
+        from dpconvert.pipeline import ConvertOptions, convert
+
+        convert("builtin:digits", ConvertOptions(out=tmp_path / "s.onnx", releases=1, batch_size=500, student_epochs=1))
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--out", "{d}/s.pt"], "must end in .onnx"),
+    (["--out", "{d}/missing/s.onnx"], "does not exist"),
+    (["--out", "{d}/s.onnx", "--eps", "0"], "--eps"),
+    (["--out", "{d}/s.onnx", "--student", "resnet9000"], "unknown student architecture"),
+    (["--out", "{d}/s.onnx", "--eval-data", "{d}/nope.npz"], "no such file"),
+])
+def test_bad_convert_inputs(tmp_path, cli, args, needle):
+    code, _, err = cli("builtin:digits", *[a.format(d=tmp_path) for a in args], *FAST)
+    assert code == 1 and needle in err, err
+    assert err.strip().count("\n") == 0
+    assert not list(tmp_path.glob("*.onnx*"))

@@ -1,0 +1,131 @@
+"""DPDFD mechanism: noise matches what the accountant is told; σ=0 is plain distillation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dpconvert.accounting import DpdfdAccountant, dpdfd
+from dpconvert.dpdfd import Dpdfd, DpdfdConfig, label_log_likelihood, per_sample_output_gradient
+from dpconvert.generators import GENERATORS, create_generator
+from dpconvert.mechanisms import NormalisedGaussianRelease
+from dpconvert.spec import InputSpec
+from dpconvert.students import STUDENTS, create_student
+
+SPEC = InputSpec(1, 8, 8, 10, (0.3,), (0.4,))
+
+
+@pytest.mark.parametrize("sigma,clip", [(3.0, 1.0), (25.0, 0.1), (0.5, 2.0)])
+def test_released_noise_matches_recorded_parameters(sigma, clip):
+    """If the noise drawn ever drifts from σ·C (what the accountant is told), this fails."""
+    acc = DpdfdAccountant()
+    mech = NormalisedGaussianRelease(sigma=sigma, clip=clip, accountant=acc, generator=torch.Generator().manual_seed(0))
+    grads = torch.randn(20000, 10) * 7
+    released = mech.release(grads)
+    noise = released - mech.normalise(grads)
+    assert torch.allclose(mech.normalise(grads).norm(dim=1), torch.full((20000,), clip), atol=1e-5)
+    # std of 200k N(0, (σC)²) draws: relative standard error ≈ 0.16 %
+    assert noise.std().item() == pytest.approx(sigma * clip, rel=0.01)
+    assert noise.mean().abs().item() < 5 * sigma * clip / math.sqrt(noise.numel())
+    (ev,) = acc.events
+    assert ev.params == {"sigma": sigma, "clip": clip, "batch_size": 20000} and ev.count == 1
+    assert acc.epsilon(delta=1e-5) == dpdfd.epsilon(sigma=sigma, steps=1, delta=1e-5)
+
+
+def test_every_release_is_counted():
+    acc = DpdfdAccountant()
+    mech = NormalisedGaussianRelease(sigma=2.0, clip=1.0, accountant=acc, generator=torch.Generator().manual_seed(0))
+    for _ in range(7):
+        mech.release(torch.randn(5, 10))
+    assert acc.count("normalised_gaussian_release") == 7
+
+
+def test_ce_output_gradient_closed_form():
+    s = torch.randn(6, 10, requires_grad=True)
+    t = torch.randn(6, 10)
+    loss = F.cross_entropy(s, t.argmax(1), reduction="sum")
+    (auto,) = torch.autograd.grad(loss, s)
+    assert torch.allclose(per_sample_output_gradient(s.detach(), t, DpdfdConfig()), auto, atol=1e-6)
+
+
+def test_sigma_zero_decodes_the_teacher_label_exactly():
+    acc = DpdfdAccountant()
+    mech = NormalisedGaussianRelease(sigma=0.0, clip=1.0, accountant=acc, generator=torch.Generator())
+    s, t = torch.randn(50, 10), torch.randn(50, 10)
+    g = mech.release(per_sample_output_gradient(s, t, DpdfdConfig()))
+    assert torch.equal(label_log_likelihood(s, g, mech).argmax(1), t.argmax(1))
+
+
+@pytest.mark.parametrize("target", ["score", "paper"])
+def test_sigma_zero_equals_plain_distillation(target):
+    """With no noise, the DP student update is plain distillation on the teacher's labels
+    (opacus' test_compare_to_vanilla, for DPDFD): same data, same order, same weights."""
+    torch.manual_seed(0)
+    teacher = create_student("datalens_cnn", SPEC).eval()
+    student = create_student("datalens_cnn", SPEC)
+    twin = create_student("datalens_cnn", SPEC)
+    twin.load_state_dict(student.state_dict())
+    cfg = DpdfdConfig(releases=1, batch_size=64, sigma=0.0, student_target=target, target_step=1.0, score_scale=5.0,
+                      student_epochs=1, minibatch=16, prior_pool=1)
+    job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC))
+    job.release()
+    x = job.buffer_x[0]
+    job.rng = torch.Generator().manual_seed(123)
+    job.train_student()
+
+    # plain distillation, written out independently
+    with torch.no_grad():
+        labels = teacher(x).argmax(1)
+        twin.eval()
+        s0 = twin(x)
+    if target == "score":
+        y = 5.0 * (F.one_hot(labels, 10).float() - 0.1)
+    else:  # seed 003 Alg. 1: y_s = s − γ·ḡ with ḡ the normalised CE gradient
+        g = F.softmax(s0, 1) - F.one_hot(labels, 10).float()
+        y = s0 - g / (g.norm(dim=1, keepdim=True) + 1e-6)
+    twin.train()
+    opt = torch.optim.Adam(twin.parameters(), lr=cfg.student_lr)
+    for idx in torch.randperm(64, generator=torch.Generator().manual_seed(123)).split(16):
+        out = twin(x[idx])
+        if target == "score":
+            loss = 0.5 * (out - out.mean(1, keepdim=True) - y[idx]).pow(2).sum(1).mean()
+        else:
+            loss = 0.5 * (out - y[idx]).pow(2).sum(1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for a, b in zip(student.parameters(), twin.parameters()):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_teacher_is_only_called_forward_without_grad():
+    calls = []
+
+    def teacher(x):
+        calls.append((x.requires_grad, torch.is_grad_enabled()))
+        return torch.randn(x.shape[0], 10)
+
+    cfg = DpdfdConfig(releases=2, batch_size=32, sigma=1.0, student_epochs=1, minibatch=32, prior_pool=2)
+    job = Dpdfd(teacher, create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC))
+    job.run()
+    assert calls and all(not rg and not ge for rg, ge in calls)
+
+
+@pytest.mark.parametrize("name", GENERATORS.names())
+def test_generators_produce_normalised_inputs(name):
+    g = create_generator(name, SPEC)
+    z = torch.randn(4, g.nz)
+    x = g(z, torch.arange(4) if g.num_classes else None)
+    assert x.shape == (4, 1, 8, 8)
+    pixels = x * 0.4 + 0.3
+    assert pixels.min() >= -1e-5 and pixels.max() <= 1 + 1e-5
+
+
+@pytest.mark.parametrize("name", STUDENTS.names() + ["timm:resnet18"])
+def test_students_build_for_small_and_mnist_sizes(name):
+    for spec in (SPEC, InputSpec(1, 28, 28, 10)):
+        m = create_student(name, spec).eval()
+        assert m(torch.zeros(2, *spec.shape)).shape == (2, 10)
