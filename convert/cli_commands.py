@@ -196,3 +196,110 @@ def _print_summary(result) -> None:
     for r in rows:
         t.add_row(*r)
     out.print(t)
+
+
+# ------------------------------------------------------------------ audit
+def _exit_usage(message: str) -> None:
+    from .console import err
+
+    err.print(f"error: {message}", style="bold red", markup=False)
+    raise typer.Exit(2)
+
+
+@app.command()
+def audit(
+    paths: Annotated[list[str], typer.Argument(help="Model files, *.card.json cards, or directories (zoos) scanned recursively.")],
+    max_eps: Annotated[Optional[float], typer.Option("--max-eps", help="Fail models whose ε exceeds this.")] = None,
+    max_delta: Annotated[Optional[float], typer.Option("--max-delta", help="Fail models whose δ exceeds this.")] = None,
+    require_scope: Annotated[Optional[str], typer.Option("--require-scope", help="Require this scope: record or query.")] = None,
+    max_record_eps: Annotated[Optional[float], typer.Option("--max-record-eps", help="Fail models whose record-level ε exceeds this.")] = None,
+    min_accuracy: Annotated[Optional[float], typer.Option("--min-accuracy", help="Fail models whose card reports lower student accuracy.")] = None,
+    allow_missing: Annotated[bool, typer.Option("--allow-missing", help="Models without a card pass (reported as 'no DP guarantee').")] = False,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the full report as JSON to this file.")] = None,
+) -> None:
+    """Verify privacy cards, recompute ε and enforce a policy. Exit 0 = all pass, 1 = a failure, 2 = usage error."""
+    from .audit import Policy, audit as run_audit
+    from .errors import DpconvertError
+
+    try:
+        policy = Policy(max_eps, max_delta, require_scope, max_record_eps, min_accuracy, allow_missing)
+        results = run_audit(paths, policy)
+    except DpconvertError as e:
+        _exit_usage(str(e))
+    _print_audit(results)
+    if json_path is not None:
+        report = {"policy": policy.__dict__, "passed": all(r.passed for r in results), "models": [r.to_dict() for r in results]}
+        from .atomic import AtomicOutputs
+
+        with AtomicOutputs() as o:
+            o.write(json_path, json.dumps(report, indent=2, default=str) + "\n")
+    if not all(r.passed for r in results):
+        raise typer.Exit(1)
+
+
+def _print_audit(results) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"dpconvert audit: {sum(r.passed for r in results)}/{len(results)} pass")
+    for col in ("model", "result", "ε (card / recomputed)", "δ", "scope", "record-level ε", "why"):
+        t.add_column(col)
+    for r in results:
+        eps = "—" if r.epsilon is None else f"{r.epsilon:.4g} / {r.recomputed_epsilon:.4g}" if r.recomputed_epsilon is not None else f"{r.epsilon:.4g} / ?"
+        t.add_row(r.path, "[green]pass[/]" if r.passed else "[red]FAIL[/]", eps, "—" if r.delta is None else f"{r.delta:g}",
+                  r.scope or "—", "—" if r.record_level_epsilon is None else f"{r.record_level_epsilon:.4g}",
+                  "; ".join(r.failures()) or next((c.detail for c in r.checks if c.name == "card present" and "allowed" in c.detail), ""))
+    out.print(t)
+
+
+# ------------------------------------------------------------------ card show|verify
+card_app = typer.Typer(help="Show or verify one privacy card.", no_args_is_help=True)
+app.add_typer(card_app, name="card")
+
+
+@card_app.command("show")
+def card_show(
+    file: Annotated[Path, typer.Argument(help="A *.card.json or an ONNX model with an embedded card.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON instead of Markdown.")] = False,
+) -> None:
+    """Pretty-print a card."""
+    from dpconvert.zoo_cards import PrivacyCard, extract_card, render_markdown
+    from dpconvert.zoo_cards.onnx_meta import load_onnx
+
+    from .errors import DpconvertError
+
+    if file.suffix.lower() == ".onnx":
+        if not file.exists():
+            raise DpconvertError(f"{file}: no such file")
+        card = extract_card(load_onnx(str(file)), file.name)
+        if card is None:
+            raise DpconvertError(f"{file}: no embedded privacy card; look for {file.name}.card.json")
+    else:
+        card = PrivacyCard.read(file)
+    if as_json:
+        print(card.to_json())
+    else:
+        from rich.markdown import Markdown
+
+        out.print(Markdown(render_markdown(card).split("---\n", 2)[-1]))
+
+
+@card_app.command("verify")
+def card_verify(
+    file: Annotated[Path, typer.Argument(help="A model file or its *.card.json.")],
+    max_eps: Annotated[Optional[float], typer.Option("--max-eps")] = None,
+    require_scope: Annotated[Optional[str], typer.Option("--require-scope")] = None,
+) -> None:
+    """Run the audit checks on one model or card."""
+    from .audit import Policy, audit_model, discover
+    from .errors import DpconvertError
+
+    try:
+        (target,) = discover([str(file)])
+        result = audit_model(target, Policy(max_eps=max_eps, require_scope=require_scope))
+    except DpconvertError as e:
+        _exit_usage(str(e))
+    _print_audit([result])
+    for c in result.checks:
+        out.print(f"{'ok ' if c.ok else 'FAIL'} {c.name}" + (f": {c.detail}" if c.detail else ""))
+    if not result.passed:
+        raise typer.Exit(1)

@@ -7,8 +7,10 @@ import sys
 
 from rich.console import Console
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Not a terminal (CI logs, pipes): a wide fixed width so tables are not squeezed to 80 columns.
+_WIDTH = None if sys.stdout.isatty() else 160
+out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
 
 
 class _ConsoleHandler(logging.Handler):

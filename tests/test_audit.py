@@ -1,0 +1,145 @@
+"""`dpconvert audit` on a small zoo: each defect is reported with the right exit code and JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from dpconvert.pipeline import ConvertOptions, convert
+from dpconvert.zoo_cards import PrivacyCard, embed_card, extract_card
+
+FAST = dict(releases=2, batch_size=1000, student_epochs=1)
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("zoo")
+    (root / "good").mkdir()
+    for i, eps in enumerate((1.0, 4.0)):
+        convert("builtin:digits", ConvertOptions(out=root / "good" / f"student{i}.onnx", eps=eps, seed=i, eval_data="builtin:digits", **FAST))
+    src = root / "good" / "student0.onnx"
+
+    def copy(name):
+        dst = root / name
+        shutil.copy(src, dst)
+        shutil.copy(f"{src}.card.json", f"{dst}.card.json")
+        return dst
+
+    # a model without a card (embedded card stripped too)
+    nocard = root / "nocard.onnx"
+    proto = onnx.load(src)
+    del proto.metadata_props[:]
+    onnx.save(proto, nocard)
+    # edited ε in the sidecar and the embedded card: claims less than its mechanism gives
+    edited = copy("edited_eps.onnx")
+    card = PrivacyCard.read(f"{edited}.card.json")
+    card.data["guarantee"]["epsilon"] = 0.1
+    (root / "edited_eps.onnx.card.json").write_text(card.to_json())
+    proto = onnx.load(edited)
+    embed_card(proto, card)
+    onnx.save(proto, edited)
+    # altered weights (card untouched)
+    tampered = copy("tampered.onnx")
+    proto = onnx.load(tampered)
+    w = proto.graph.initializer[0]
+    arr = numpy_helper.to_array(w).copy()
+    arr.flat[0] += 0.5
+    w.CopyFrom(numpy_helper.from_array(arr, w.name))
+    onnx.save(proto, tampered)
+    # unknown schema version
+    future = copy("future.onnx")
+    data = json.loads((root / "future.onnx.card.json").read_text())
+    data["schema_version"] = "9.9"
+    (root / "future.onnx.card.json").write_text(json.dumps(data))
+    # truncated JSON
+    trunc = copy("truncated.onnx")
+    text = (root / "truncated.onnx.card.json").read_text()
+    (root / "truncated.onnx.card.json").write_text(text[: len(text) // 2])
+    return root
+
+
+def _report(cli, tmp_path, *args):
+    rep = tmp_path / "report.json"
+    code, out, err = cli("audit", *args, "--json", rep)
+    return code, json.loads(rep.read_text()) if rep.exists() else None, out + err
+
+
+def _by_name(report):
+    return {m["path"].split("/")[-1]: m for m in report["models"]}
+
+
+def test_good_models_pass(cli, zoo, tmp_path):
+    code, report, _ = _report(cli, tmp_path, zoo / "good")
+    assert code == 0 and report["passed"] and len(report["models"]) == 2
+    for m in report["models"]:
+        assert m["recomputed_epsilon"] == pytest.approx(m["epsilon"], rel=1e-9)
+
+
+def test_zoo_defects_are_each_reported(cli, zoo, tmp_path):
+    code, report, text = _report(cli, tmp_path, zoo)
+    assert code == 1 and not report["passed"]
+    m = _by_name(report)
+    why = {k: " ".join(c["name"] + " " + c["detail"] for c in v["checks"] if not c["ok"]) for k, v in m.items()}
+    assert m["student0.onnx"]["passed"] and m["student1.onnx"]["passed"]
+    assert "no DP guarantee" in why["nocard.onnx"]
+    assert "claims ε=0.1" in why["edited_eps.onnx"]
+    assert "sha256 mismatch" in why["tampered.onnx"]
+    assert "unknown privacy-card schema version '9.9'" in why["future.onnx"]
+    assert "not valid JSON" in why["truncated.onnx"]
+
+
+def test_allow_missing(cli, zoo, tmp_path):
+    code, report, _ = _report(cli, tmp_path, zoo / "nocard.onnx", "--allow-missing")
+    assert code == 0 and report["passed"]
+
+
+def test_policy(cli, zoo, tmp_path):
+    good = zoo / "good"
+    assert _report(cli, tmp_path, good, "--max-eps", "2")[0] == 1  # student1 has ε=4
+    assert _report(cli, tmp_path, good / "student0.onnx", "--max-eps", "2")[0] == 0
+    code, report, _ = _report(cli, tmp_path, good / "student0.onnx", "--require-scope", "record", "--max-record-eps", "10")
+    fails = [c["name"] for c in report["models"][0]["checks"] if not c["ok"]]
+    assert code == 1 and fails == ["policy scope", "policy max record-level ε"]
+    assert _report(cli, tmp_path, good / "student0.onnx", "--min-accuracy", "1.01")[0] == 1
+
+
+def test_edited_mechanism_parameter_is_caught(cli, zoo, tmp_path):
+    """Changing σ on the card without its events (or vice versa) is a drift: the audit fails."""
+    dst = tmp_path / "m.onnx"
+    shutil.copy(zoo / "good" / "student0.onnx", dst)
+    card = PrivacyCard.read(zoo / "good" / "student0.onnx.card.json")
+    card.data["mechanism"]["sigma"] *= 2
+    (tmp_path / "m.onnx.card.json").write_text(card.to_json())
+    code, report, _ = _report(cli, tmp_path, dst)
+    assert code == 1
+    assert any("disagrees with the accounted events" in c["detail"] for c in report["models"][0]["checks"])
+
+
+def test_usage_errors_exit_2(cli, tmp_path):
+    assert cli("audit", tmp_path / "missing")[0] == 2
+    (tmp_path / "empty").mkdir()
+    assert cli("audit", tmp_path / "empty")[0] == 2
+    assert cli("audit", tmp_path, "--require-scope", "galaxy")[0] == 2
+
+
+def test_card_show_and_verify(cli, zoo):
+    code, out, _ = cli("card", "show", zoo / "good" / "student0.onnx", "--json")
+    assert code == 0 and json.loads(out)["guarantee"]["scope"] == "query"
+    assert cli("card", "verify", zoo / "good" / "student0.onnx.card.json")[0] == 0
+    assert cli("card", "verify", zoo / "tampered.onnx")[0] == 1
+
+
+def test_reading_a_card_imports_no_torch(zoo):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from dpconvert.zoo_cards import PrivacyCard; "
+        f"PrivacyCard.read({str(zoo / 'good' / 'student0.onnx.card.json')!r}); print('torch' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "False", r.stderr
