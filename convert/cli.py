@@ -161,13 +161,11 @@ def main() -> None:
         sys.exit(130)
     except typer.Exit as e:
         sys.exit(e.exit_code)
-    except Exception as e:  # click usage errors and aborts
-        import click
-
-        if isinstance(e, click.ClickException):
+    except Exception as e:  # click usage errors and aborts (Typer may vendor its own click)
+        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
             e.show()
             sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
+        if type(e).__name__ == "Abort":
             sys.exit(1)
         raise
     sys.exit(0)
