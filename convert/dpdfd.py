@@ -39,6 +39,7 @@ class DpdfdConfig:
     student_target: str = "score"  # "score": MSE to decoded label scores; "posterior": CE to Bayes soft labels; "paper": MSE to y_s
     score_scale: float = 5.0  # λ: logit gap the clean score target corresponds to
     posterior_prior: str = "student"  # prior of the decoding: "student" (its current prediction, as in ALIBI) or "uniform"
+    refine_epochs: int = 0  # after the last release: epochs of CE on the posterior with the student as prior (ALIBI-style)
     kd_temperature: float = 4.0
     student_epochs: int = 4  # replay passes over the whole buffer after each release
     student_lr: float = 1e-3
@@ -193,9 +194,6 @@ class Dpdfd:
         del g
         if cfg.student_target in ("posterior", "score"):
             y_s = label_log_likelihood(s_logits, g_noisy, self.mechanism)
-            if cfg.student_target == "score":  # unbiased: E[score_c] = ⟨ḡ_t, ḡ_c⟩, maximal at the teacher label
-                y_s = cfg.score_scale * y_s * (self.mechanism.sigma * self.mechanism.clip) ** 2 / self.mechanism.clip**2 if self.mechanism.sigma > 0 else cfg.score_scale * (y_s == 0).float()
-                y_s = y_s - y_s.mean(1, keepdim=True)
         else:
             y_s = s_logits - cfg.target_step * g_noisy
         self.buffer_x.append(x.detach())
@@ -203,22 +201,30 @@ class Dpdfd:
         times["student"] = time.perf_counter() - t0
         return times
 
-    def train_student(self) -> float:
+    def score_targets(self, loglik: torch.Tensor) -> torch.Tensor:
+        """Unbiased label scores λ·⟨g̃, ḡ_c⟩/C² (centred): E = λ⟨ḡ_t, ḡ_c⟩/C², maximal at the teacher label."""
+        mech = self.mechanism
+        y = loglik * mech.sigma**2 if mech.sigma > 0 else (loglik == 0).float()
+        y = self.cfg.score_scale * y
+        return y - y.mean(1, keepdim=True)
+
+    def train_student(self, epochs: Optional[int] = None, target: Optional[str] = None) -> float:
         """Alg. 1 lines 11–12 on every released pair (post-processing)."""
         cfg = self.cfg
+        target = target or cfg.student_target
         x, y = torch.cat(self.buffer_x), torch.cat(self.buffer_y)
         self.student.train()
         total, n = 0.0, 0
-        for _ in range(cfg.student_epochs):
+        for _ in range(cfg.student_epochs if epochs is None else epochs):
             for idx in torch.randperm(len(x), generator=self.rng).split(cfg.minibatch):
                 out = self.student(x[idx])
-                if cfg.student_target == "posterior":  # CE against the decoded soft labels
+                if target == "posterior":  # CE against the decoded soft labels
                     logp = F.log_softmax(out, 1)
                     prior = logp.detach() if cfg.posterior_prior == "student" else 0.0
-                    target = F.softmax(y[idx] + prior, dim=1)
-                    loss = -(target * logp).sum(1).mean()
-                elif cfg.student_target == "score":
-                    loss = 0.5 * (out - out.mean(1, keepdim=True) - y[idx]).pow(2).sum(1).mean()
+                    soft = F.softmax(y[idx] + prior, dim=1)
+                    loss = -(soft * logp).sum(1).mean()
+                elif target == "score":
+                    loss = 0.5 * (out - out.mean(1, keepdim=True) - self.score_targets(y[idx])).pow(2).sum(1).mean()
                 else:  # seed 003 Alg. 1 line 11: L_S(s, y_s), here ½‖s − y_s‖² (its gradient at release is γ·g̃)
                     loss = 0.5 * (out - y[idx]).pow(2).sum(1).mean()
                 self.opt_s.zero_grad(set_to_none=True)
@@ -293,5 +299,9 @@ class Dpdfd:
                 t1 = time.perf_counter()
                 lg = self.train_generator()
                 times["generator"] += time.perf_counter() - t1
+            if r == self.cfg.releases and self.cfg.refine_epochs and self.cfg.student_target == "score":
+                t1 = time.perf_counter()
+                ls = self.train_student(epochs=self.cfg.refine_epochs, target="posterior")
+                times["student"] += time.perf_counter() - t1
             if on_round:
                 on_round(RoundInfo(r, self.accountant.count(NormalisedGaussianRelease.mechanism), ls, lg, time.perf_counter() - t0, times))
