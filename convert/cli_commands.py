@@ -88,12 +88,12 @@ def convert(
     eps: Annotated[Optional[float], typer.Option("--eps", help="Target ε (query-level, see the card); σ is calibrated to it.")] = 1.0,
     delta: Annotated[float, typer.Option("--delta", help="Target δ.")] = 1e-5,
     noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="Use this σ instead of calibrating; ε is computed and printed.")] = None,
-    steps: Annotated[int, typer.Option("--steps", help="Noisy releases T (ε depends on σ and T only).")] = 2,
+    steps: Annotated[int, typer.Option("--steps", help="Noisy releases T (ε depends on σ and T only; each release adds √T to the noise).")] = 1,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Rows per release B (default from the input size; free for query-level ε).")] = None,
     clip: Annotated[float, typer.Option("--clip", help="Row norm C of the normalised output gradients.")] = 1.0,
     student: Annotated[Optional[str], typer.Option("--student", help="Student architecture: a registered name or timm:NAME (default from the input size).")] = None,
     generator: Annotated[Optional[str], typer.Option("--generator", help="A learned generator mixed with the random-field prior (e.g. dafl); default: prior only.")] = None,
-    epochs: Annotated[int, typer.Option("--epochs", help="Student passes over the released pairs after each release.")] = 3,
+    epochs: Annotated[Optional[int], typer.Option("--epochs", help="Student passes over the released pairs after each release (default from the input size).")] = None,
     eval_data: Annotated[Optional[str], typer.Option("--eval-data", help="Labelled data to report accuracy on (not covered by the guarantee).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for everything, including the DP noise stream.")] = 0,
     device: Device = "cpu",
@@ -121,7 +121,7 @@ def convert(
                           releases=steps, batch_size=batch_size, clip=clip, student=student, generator=generator,
                           student_epochs=epochs, seed=seed, device=lo.device, eval_data=eval_data,
                           command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
-    reporter = _ProgressReporter(steps, epochs)
+    reporter = _ProgressReporter(steps)
     try:
         result = run_convert(teacher, opts, lo, on_plan=reporter.plan, on_progress=reporter.tick)
     finally:
@@ -135,8 +135,9 @@ def convert(
 class _ProgressReporter:
     """Rich progress bar on a TTY, one plain line per unit of work otherwise."""
 
-    def __init__(self, releases: int, epochs: int) -> None:
-        self.total = releases * (1 + epochs)
+    def __init__(self, releases: int) -> None:
+        self.releases = releases
+        self.total = None
         self.progress = None
         self.task = None
         self.sigma = None
@@ -147,6 +148,7 @@ class _ProgressReporter:
         from .console import is_tty
 
         print_plan(plan)
+        self.total = self.releases * (1 + plan["student_epochs"])
         self.sigma, self.delta = plan["sigma"], plan["delta"]
         if is_tty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

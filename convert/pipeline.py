@@ -36,13 +36,13 @@ class ConvertOptions:
     eps: Optional[float] = 1.0
     delta: float = 1e-5
     noise_multiplier: Optional[float] = None  # give σ and compute ε instead of calibrating
-    releases: int = 2  # T: noisy releases
+    releases: int = 1  # T: noisy releases
     batch_size: Optional[int] = None  # B: rows per release (default from the input size)
     clip: float = 1.0
     student: Optional[str] = None
     generator: Optional[str] = None  # a learned generator mixed with the prior, e.g. "dafl"
     prior_pool: int = 10
-    student_epochs: int = 3
+    student_epochs: Optional[int] = None  # default from the input size
     seed: int = 0
     device: str = "cpu"
     eval_data: Optional[str] = None
@@ -62,13 +62,20 @@ class ConvertResult:
 
 
 def default_batch_size(spec) -> int:
-    """Rows per release: ε does not depend on it; the student's signal-to-noise grows with √B."""
+    """Rows per release: ε does not depend on it; the student's signal-to-noise grows with √B.
+
+    Sized so a conversion fits a few minutes on 2 CPU cores (benchmarks/RESULTS.md).
+    """
     pixels = spec.channels * spec.height * spec.width
     if pixels <= 256:
-        return 150_000
+        return 300_000
     if pixels <= 1024:
-        return 60_000
-    return 16_384
+        return 100_000
+    return 32_768
+
+
+def default_epochs(spec) -> int:
+    return 6 if spec.channels * spec.height * spec.width <= 256 else 4
 
 
 def check_output_path(out: Path) -> Path:
@@ -122,6 +129,10 @@ def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
     plan = plan_for(opts, batch_size)
     if opts.noise_multiplier is not None and opts.noise_multiplier == 0:
         warnings.append("noise multiplier 0: this student is NOT differentially private (ε = ∞); for comparison only")
+    epochs = opts.student_epochs or default_epochs(spec)
+    if epochs < 1:
+        raise DpconvertError("--epochs must be >= 1")
+    plan["student_epochs"] = epochs
     if on_plan:
         on_plan(plan)
 
@@ -131,8 +142,8 @@ def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
     prior = create_generator("random_fields", spec)
     generator = create_generator(opts.generator, spec) if opts.generator else None
     cfg = DpdfdConfig(releases=opts.releases, batch_size=batch_size, sigma=plan["sigma"], clip=opts.clip,
-                      prior_pool=opts.prior_pool, student_epochs=opts.student_epochs, seed=opts.seed,
-                      prior_fraction=1.0 if generator is None else 0.5, minibatch=1024)
+                      prior_pool=opts.prior_pool, student_epochs=epochs, seed=opts.seed,
+                      prior_fraction=1.0 if generator is None else 0.5, minibatch=2048, student_lr=2e-3)
     for k, v in opts.overrides.items():
         if not hasattr(cfg, k):
             raise DpconvertError(f"unknown DPDFD setting {k!r}")

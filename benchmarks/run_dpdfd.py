@@ -1,0 +1,105 @@
+"""DPDFD utility/speed benchmark: convert a teacher at several ε, measure the student.
+
+    python benchmarks/run_dpdfd.py --teacher builtin:digits --eval-data builtin:digits --eps 1,2,5,10,inf \
+        --json benchmarks/results/digits.json
+
+Each ε runs in its own process (so peak memory is per run) through the same
+``dpconvert.pipeline.convert`` the CLI uses. ``inf`` means σ = 0 (no privacy,
+the non-private data-free baseline). Reported per run: student/teacher test
+accuracy and agreement, wall time, rows released per second, peak RSS, and
+the share of time in teacher forward, student and generator/selection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def single(args) -> dict:
+    import torch
+
+    from dpconvert.pipeline import ConvertOptions, convert
+    from dpconvert.teachers import LoadOptions
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    eps = float(args.eps)
+    with tempfile.TemporaryDirectory() as d:
+        opts = ConvertOptions(
+            out=Path(d) / "student.onnx", eps=None if eps == float("inf") else eps,
+            noise_multiplier=0.0 if eps == float("inf") else None, releases=args.steps, batch_size=args.batch_size,
+            student=args.student, generator=args.generator, student_epochs=args.epochs, seed=args.seed,
+            eval_data=args.eval_data, overrides=json.loads(args.overrides or "{}"),
+        )
+        t0 = time.perf_counter()
+        res = convert(args.teacher, opts, LoadOptions(arch=args.arch) if args.arch else None)
+        wall = time.perf_counter() - t0
+    card = res.card.data
+    times = {"teacher": 0.0, "student": 0.0, "generator": 0.0}
+    for r in res.rounds:
+        for k, v in r.times.items():
+            times[k] += v
+    total = sum(times.values()) or 1.0
+    rows = card["mechanism"]["batch_size"] * card["mechanism"]["releases"]
+    return {
+        "teacher": args.teacher, "target_eps": eps, "epsilon": card["guarantee"]["epsilon"], "delta": card["guarantee"]["delta"],
+        "record_level_epsilon": card["guarantee"]["record_level_epsilon"], "sigma": card["mechanism"]["sigma"],
+        "releases": card["mechanism"]["releases"], "batch_size": card["mechanism"]["batch_size"],
+        "student": card["model"]["architecture"], "query_source": card["mechanism"]["query_source"],
+        **{k: card["utility"][k] for k in ("teacher_accuracy", "student_accuracy", "agreement", "evaluation_data")},
+        "wall_seconds": round(wall, 1), "rows_per_second": round(rows / wall, 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "time_share": {k: round(v / total, 3) for k, v in times.items()},
+        "seed": args.seed,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--teacher", default="builtin:digits")
+    ap.add_argument("--arch")
+    ap.add_argument("--eval-data", default="builtin:digits")
+    ap.add_argument("--eps", default="1,2,5,10,inf")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--batch-size", type=int)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--student")
+    ap.add_argument("--generator")
+    ap.add_argument("--overrides", help="JSON dict of other DpdfdConfig fields")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="append results to this JSON list file")
+    ap.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.single:
+        print("RESULT " + json.dumps(single(args)), flush=True)
+        return
+    results = []
+    for eps in args.eps.split(","):
+        cmd = [sys.executable, __file__, "--single", "--eps", eps] + [
+            a for k, v in vars(args).items() if k not in ("eps", "single", "json") and v is not None
+            for a in (f"--{k.replace('_', '-')}", str(v))
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+        if line is None:
+            sys.exit(f"run at eps={eps} failed:\n{proc.stderr[-2000:]}")
+        r = json.loads(line[len("RESULT "):])
+        r["command"] = " ".join(["python", "benchmarks/run_dpdfd.py"] + sys.argv[1:])
+        results.append(r)
+        print(f"eps={eps}: student {r['student_accuracy']:.4f} (teacher {r['teacher_accuracy']:.4f}), ε={r['epsilon']}, "
+              f"{r['wall_seconds']} s, {r['rows_per_second']} rows/s, peak {r['peak_rss_mib']} MiB, shares {r['time_share']}", flush=True)
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        old = json.loads(path.read_text()) if path.exists() else []
+        path.write_text(json.dumps(old + results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
