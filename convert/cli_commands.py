@@ -73,6 +73,8 @@ def print_plan(result: dict) -> None:
         table.add_row(*r)
     out.print(table)
     out.print(f"adjacency: {result['adjacency']}")
+    if result.get("method_choice"):
+        out.print(f"method {result['method']}: {result['method_choice']}")
 
 
 # ------------------------------------------------------------------ convert (the main job)
@@ -106,8 +108,19 @@ def convert(
     weights: Weights = None,
     trust_pickle: TrustPickle = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON at the end instead of the summary table.")] = False,
+    method: Annotated[str, typer.Option("--method", help="dpdfd (data-free, query-level), pknn (record-level, needs --private-data) or auto.")] = "auto",
+    private_data: Annotated[Optional[str], typer.Option("--private-data", help="Private-kNN: the labelled private training data (any reader).")] = None,
+    public_data: Annotated[Optional[str], typer.Option("--public-data", help="Private-kNN: unlabelled public images to label as queries.")] = None,
+    k: Annotated[int, typer.Option("--k", help="Private-kNN: neighbours.")] = 300,
+    sampling_rate: Annotated[float, typer.Option("--sampling-rate", help="Private-kNN: Poisson sampling rate γ.")] = 0.1,
+    sigma1: Annotated[float, typer.Option("--sigma1", help="Private-kNN: screening noise σ1.")] = 100.0,
+    threshold: Annotated[Optional[float], typer.Option("--threshold", help="Private-kNN: screening threshold (default 0.6·k).")] = None,
+    sigma2: Annotated[Optional[float], typer.Option("--sigma2", help="Private-kNN: argmax noise (default: calibrated to --eps).")] = None,
+    rounds: Annotated[int, typer.Option("--rounds", help="Private-kNN: rounds (features refined by the student).")] = 2,
+    queries: Annotated[Optional[int], typer.Option("--queries", help="Private-kNN: total queries (default: all public images).")] = None,
+    features: Annotated[str, typer.Option("--features", help="Private-kNN: first-round features (hog).")] = "hog",
 ) -> None:
-    """Convert TEACHER into a DP student (DPDFD) with an ONNX export and a privacy card."""
+    """Convert TEACHER into a DP student (DPDFD or Private-kNN) with an ONNX export and a privacy card."""
     import shlex
     import sys
 
@@ -120,7 +133,10 @@ def convert(
     opts = ConvertOptions(out=out, eps=None if noise_multiplier is not None else eps, delta=delta, noise_multiplier=noise_multiplier,
                           releases=steps, batch_size=batch_size, clip=clip, student=student, generator=generator,
                           student_epochs=epochs, seed=seed, device=lo.device, eval_data=eval_data,
-                          command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+                          command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                          method=method, private_data=private_data, public_data=public_data,
+                          pknn={"k": k, "sampling_rate": sampling_rate, "sigma1": sigma1, "threshold": threshold, "sigma2": sigma2,
+                                "rounds": rounds, "queries": queries, "features": features, **({"student_epochs": epochs} if epochs else {})})
     reporter = _ProgressReporter(steps)
     try:
         result = run_convert(teacher, opts, lo, on_plan=reporter.plan, on_progress=reporter.tick)
@@ -148,6 +164,8 @@ class _ProgressReporter:
         from .console import is_tty
 
         print_plan(plan)
+        if plan["method"] != "dpdfd":
+            return  # Private-kNN reports one line per round
         self.total = self.releases * (1 + plan["student_epochs"])
         self.sigma, self.delta = plan["sigma"], plan["delta"]
         if is_tty():
@@ -160,6 +178,10 @@ class _ProgressReporter:
 
     def tick(self, info: dict) -> None:
         from .accounting import dpdfd
+
+        if info["kind"] == "round":
+            out.print(f"round {info['round']}: {info['answered']}/{info['asked']} queries answered, ε spent {info['epsilon']:.3f}, {info['seconds']:.0f} s")
+            return
 
         eps = dpdfd.epsilon(sigma=self.sigma, steps=info["releases"], delta=self.delta) if self.sigma else float("inf")
         parts = [f"releases {info['releases']}", f"ε spent {eps:.3f}"]

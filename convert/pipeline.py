@@ -20,6 +20,7 @@ from typing import Callable, Optional
 
 from . import __version__
 from .errors import DpconvertError
+from .registry import Registry
 
 log = logging.getLogger("dpconvert")
 
@@ -49,6 +50,11 @@ class ConvertOptions:
     parity_inputs: int = 256
     command: Optional[str] = None
     overrides: dict = field(default_factory=dict)  # any other DpdfdConfig field
+    method: str = "auto"  # dpdfd | pknn | auto (pknn when --private-data is given)
+    private_data: Optional[str] = None
+    public_data: Optional[str] = None
+    pknn: dict = field(default_factory=dict)  # PknnConfig fields
+    method_reason: str = ""
 
 
 @dataclass
@@ -98,31 +104,121 @@ def plan_for(opts: ConvertOptions, batch_size: int) -> dict:
                       noise_multiplier=opts.noise_multiplier)
 
 
+@dataclass
+class MethodOutput:
+    """What a mechanism hands to the shared export + card step."""
+
+    student: object
+    student_name: str
+    probe: object  # public/synthetic inputs for the ONNX parity check
+    guarantee: dict
+    accounting: dict
+    mechanism: dict
+    warnings: list
+    rounds: list
+
+
 def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
             on_plan: Optional[Callable[[dict], None]] = None, on_progress: Optional[Callable[[dict], None]] = None) -> ConvertResult:
-    import torch
-
-    from .accounting import DpdfdAccountant
-    from .dpdfd import Dpdfd, DpdfdConfig
-    from .generators import create_generator
-    from .students import create_student, default_student_name
     from .teachers import LoadOptions, load_teacher
 
     start = time.perf_counter()
     out = check_output_path(opts.out)
-    if opts.clip <= 0:
-        raise DpconvertError("--clip must be > 0")
-    if opts.releases < 1:
-        raise DpconvertError("--steps must be >= 1")
+    method = choose_method(opts)
     load_options = load_options or LoadOptions(device=opts.device)
     teacher = load_teacher(teacher_source, load_options)
-    spec = teacher.spec
-    warnings = list(teacher.warnings)
     eval_ds = None
     if opts.eval_data:
         from .data import load_data
 
-        eval_ds = load_data(opts.eval_data, spec, require_labels=True)
+        eval_ds = load_data(opts.eval_data, teacher.spec, require_labels=True)
+    result = METHODS.get(method)(teacher, opts, on_plan, on_progress)
+    utility = evaluate(teacher, result.student, eval_ds, opts.device) if eval_ds is not None else None
+    card = _write_outputs(teacher_source, teacher, out, opts, result, utility)
+    for w in card.data["warnings"]:
+        log.warning("warning: %s", w)
+    return ConvertResult(out, *_card_paths(out), card, time.perf_counter() - start, result.rounds)
+
+
+def choose_method(opts: ConvertOptions) -> str:
+    if opts.method == "auto":
+        method = "pknn" if opts.private_data else "dpdfd"
+        reason = "private data given: record-level Private-kNN" if opts.private_data else "no private data: data-free DPDFD (query-level)"
+        opts.method_reason = reason
+        return method
+    if opts.method not in METHODS:
+        raise DpconvertError(METHODS.unknown_message(opts.method))
+    opts.method_reason = "chosen with --method"
+    return opts.method
+
+
+def _card_paths(out: Path):
+    from dpconvert.zoo_cards import card_paths
+
+    return card_paths(out)
+
+
+def _write_outputs(teacher_source, teacher, out: Path, opts: ConvertOptions, r: MethodOutput, utility) -> "PrivacyCard":
+    from dpconvert.zoo_cards import PrivacyCard, embed_card, model_sha256, render_markdown
+    from dpconvert.zoo_cards.onnx_meta import SHA256_METHOD
+
+    from .atomic import AtomicOutputs
+    from .export import OPSET, export_onnx, parity
+
+    spec = teacher.spec
+    student = r.student.cpu().eval()
+    warnings = list(teacher.warnings) + list(r.warnings)
+    proto = export_onnx(student, spec.shape)
+    par = parity(student, proto, r.probe.cpu())
+    if par.max_abs_diff > 1e-3 or par.top1_agreement < 0.99:
+        warnings.append(f"ONNX parity is weak: max |Δ| = {par.max_abs_diff:.2e}, top-1 agreement {par.top1_agreement:.3f}")
+    card = PrivacyCard({
+        "schema_version": "1.0",
+        "dpconvert_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": opts.command or f"dpconvert {shlex.quote(teacher_source)} --out {shlex.quote(out.name)}",
+        "seed": opts.seed,
+        "model": {
+            "file": out.name, "sha256": model_sha256(proto), "sha256_method": SHA256_METHOD, "format": "onnx", "opset": OPSET,
+            "input_shape": [None, *spec.shape], "mean": list(spec.mean), "std": list(spec.std), "num_classes": spec.num_classes,
+            "class_names": None, "num_params": int(sum(p.numel() for p in student.parameters())), "architecture": r.student_name,
+        },
+        "teacher": {"source": teacher_source, "kind": teacher.kind, "sha256": teacher.sha256, "architecture": teacher.arch, "trained_with_dp": None},
+        "guarantee": r.guarantee,
+        "accounting": r.accounting,
+        "mechanism": {**r.mechanism, "method_choice": getattr(opts, "method_reason", "")},
+        "utility": utility,
+        "export": {"onnx_checker": "passed (full_check=True)", "parity": par.to_dict(), "onnxruntime_device": "cpu"},
+        "audit": None,
+        "warnings": warnings,
+    }).validate("generated card")
+    embed_card(proto, card)
+    card_json, card_md = _card_paths(out)
+    with AtomicOutputs() as outputs:
+        outputs.write(out, proto.SerializeToString())
+        outputs.write(card_json, card.to_json())
+        outputs.write(card_md, render_markdown(card))
+    return card
+
+
+METHODS: Registry[Callable[..., MethodOutput]] = Registry("method")
+
+
+@METHODS.register("dpdfd")
+def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutput:
+    import torch
+
+    from .accounting import DpdfdAccountant, library_versions
+    from .dpdfd import Dpdfd, DpdfdConfig
+    from .generators import create_generator
+    from .students import create_student, default_student_name
+
+    if opts.clip <= 0:
+        raise DpconvertError("--clip must be > 0")
+    if opts.releases < 1:
+        raise DpconvertError("--steps must be >= 1")
+    spec = teacher.spec
+    warnings = []
     batch_size = opts.batch_size or default_batch_size(spec)
     if batch_size < 1:
         raise DpconvertError("--batch-size must be >= 1")
@@ -133,6 +229,7 @@ def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
     if epochs < 1:
         raise DpconvertError("--epochs must be >= 1")
     plan["student_epochs"] = epochs
+    plan["method_choice"] = opts.method_reason
     if on_plan:
         on_plan(plan)
 
@@ -161,42 +258,15 @@ def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
         raise DpconvertError(f"internal error: the mechanism spent ε={eps_spent} but the plan said ε={plan['epsilon']}; nothing was written")
     if opts.eps is not None and eps_spent > opts.eps:
         raise DpconvertError(f"internal error: ε spent {eps_spent} exceeds the target {opts.eps}; nothing was written")
-
-    utility = evaluate(teacher, student, eval_ds, opts.device) if eval_ds is not None else None
-    student = student.cpu().eval()
-    from .export import OPSET, export_onnx, parity
-
-    proto = export_onnx(student, spec.shape)
-    probe = job.synthesise(opts.parity_inputs).cpu()
-    par = parity(student, proto, probe)
-    if par.max_abs_diff > 1e-3 or par.top1_agreement < 0.99:
-        warnings.append(f"ONNX parity is weak: max |Δ| = {par.max_abs_diff:.2e}, top-1 agreement {par.top1_agreement:.3f}")
-
-    from dpconvert.zoo_cards import PrivacyCard, card_paths, embed_card, model_sha256, render_markdown
-    from dpconvert.zoo_cards.onnx_meta import SHA256_METHOD
-
-    from .accounting import library_versions
-
-    card = PrivacyCard({
-        "schema_version": "1.0",
-        "dpconvert_version": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": opts.command or f"dpconvert {shlex.quote(teacher_source)} --out {shlex.quote(out.name)}",
-        "seed": opts.seed,
-        "model": {
-            "file": out.name, "sha256": model_sha256(proto), "sha256_method": SHA256_METHOD, "format": "onnx", "opset": OPSET,
-            "input_shape": [None, *spec.shape], "mean": list(spec.mean), "std": list(spec.std), "num_classes": spec.num_classes,
-            "class_names": None, "num_params": int(sum(p.numel() for p in student.parameters())), "architecture": student_name,
-        },
-        "teacher": {"source": teacher_source, "kind": teacher.kind, "sha256": teacher.sha256, "architecture": teacher.arch, "trained_with_dp": None},
-        "guarantee": {
+    return MethodOutput(
+        student=student, student_name=student_name, probe=job.synthesise(opts.parity_inputs), rounds=rounds, warnings=warnings,
+        guarantee={
             "epsilon": _num(plan["epsilon"]), "delta": opts.delta, "scope": "query", "adjacency": plan["adjacency"],
             "record_level_epsilon": _num(plan["record_level_epsilon"]), "replace_one_epsilon": _num(plan["replace_one_epsilon"]),
-            "covers": ["the released student model (weights and graph in this file)",
-                       "any later use of the student (post-processing)"],
+            "covers": ["the released student model (weights and graph in this file)", "any later use of the student (post-processing)"],
             "not_covered": NOT_COVERED,
         },
-        "accounting": {
+        accounting={
             "accountant": accountant.name,
             "epsilons": {k: _num(v) for k, v in accountant.epsilons(delta=opts.delta).items() if k != "epsilon"},
             "cross_check": {k: _num(v) for k, v in (accountant.cross_check(delta=opts.delta) if plan["sigma"] > 0 else {}).items()},
@@ -205,30 +275,15 @@ def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
             "target_epsilon": opts.eps if plan["calibrated"] else None,
             "state": accountant.state_dict(),
         },
-        "mechanism": {
+        mechanism={
             "method": "dpdfd",
             "sigma": plan["sigma"], "clip": opts.clip, "batch_size": batch_size, "releases": opts.releases,
             "distill_loss": cfg.distill_loss, "noise_rng": f"torch.Generator (CPU) seeded with {cfg.seed + 1}",
             "query_source": "random-field prior" + (f" + {opts.generator} generator" if generator is not None else "")
-                            + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 else ""),
+                            + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
             "config": cfg.to_dict(),
         },
-        "utility": utility,
-        "export": {"onnx_checker": "passed (full_check=True)", "parity": par.to_dict(), "onnxruntime_device": "cpu"},
-        "audit": None,
-        "warnings": warnings,
-    }).validate("generated card")
-    embed_card(proto, card)
-    from .atomic import AtomicOutputs
-
-    card_json, card_md = card_paths(out)
-    with AtomicOutputs() as outputs:
-        outputs.write(out, proto.SerializeToString())
-        outputs.write(card_json, card.to_json())
-        outputs.write(card_md, render_markdown(card))
-    for w in warnings:
-        log.warning("warning: %s", w)
-    return ConvertResult(out, card_json, card_md, card, time.perf_counter() - start, rounds)
+    )
 
 
 def _num(v: float):
@@ -253,3 +308,119 @@ def evaluate(teacher, student, ds, device: str) -> dict:
         "covered_by_guarantee": False,
         "note": "computed outside the DP mechanism; if the evaluation data is private, these numbers are not protected",
     }
+
+
+@METHODS.register("pknn")
+def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutput:
+    """Private-kNN on public queries: a record-level guarantee (ALGORITHMS.md §3)."""
+    import torch
+
+    from .accounting import PknnAccountant, library_versions
+    from .accounting.pknn import ADJACENCY_RECORD
+    from .data import load_data
+    from .features import FEATURES, batched_features
+    from .planning import plan_pknn
+    from .private_knn import PknnConfig, PknnMechanism, student_features, train_classifier
+    from .students import create_student, default_student_name
+
+    spec = teacher.spec
+    if not opts.private_data:
+        raise DpconvertError("--method pknn needs the private training data: give --private-data PATH (labelled)")
+    if not opts.public_data:
+        raise DpconvertError("--method pknn needs queries: give --public-data PATH (unlabelled public images); generator queries are not supported yet")
+    if opts.eps is None:
+        raise DpconvertError("--method pknn needs --eps (σ2 is calibrated to it)")
+    try:
+        cfg = PknnConfig(**{"seed": opts.seed, **opts.pknn})
+    except TypeError as e:
+        raise DpconvertError(f"unknown Private-kNN setting ({e})") from None
+    private = load_data(opts.private_data, spec, require_labels=True)
+    public = load_data(opts.public_data, spec)
+    n = len(private)
+    if len(public) == 0:
+        raise DpconvertError(f"{opts.public_data}: the public set is empty; give public images to label")
+    present = int(torch.unique(private.y).numel())
+    if present != spec.num_classes:
+        raise DpconvertError(f"{opts.private_data}: has {present} classes but the teacher has {spec.num_classes}; the private data must cover the teacher's classes")
+    if cfg.k > cfg.sampling_rate * n / 2:
+        raise DpconvertError(f"--k {cfg.k} is larger than half the expected subsample γ·n/2 = {cfg.sampling_rate * n / 2:.0f}; lower --k or raise --sampling-rate")
+    if cfg.rounds < 1:
+        raise DpconvertError("--rounds must be >= 1")
+    threshold = cfg.threshold if cfg.threshold is not None else 0.6 * cfg.k
+    total_q = min(cfg.queries or len(public), len(public))
+    if total_q < cfg.rounds:
+        raise DpconvertError(f"only {total_q} queries for {cfg.rounds} rounds; give more --public-data or fewer --rounds")
+    warnings = []
+    if opts.delta > 1.0 / n:
+        warnings.append(f"δ={opts.delta:g} is larger than 1/n={1.0 / n:.3g} for n={n} private records; consider --delta {10 ** -len(str(n)):g}")
+    # σ2 is fixed before any private data is touched, calibrated as if every query were answered:
+    # the realised ε (answered queries only) can only be smaller.
+    plan = plan_pknn(eps=opts.eps, delta=opts.delta, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1, threshold=threshold,
+                     sigma2=cfg.sigma2, num_classes=spec.num_classes, queries=total_q, answered=total_q)
+    if cfg.sigma2 is not None and plan["epsilon"] > opts.eps:
+        raise DpconvertError(f"--sigma2 {cfg.sigma2} gives ε={plan['epsilon']:.3f} > --eps {opts.eps} if every query is answered; raise --sigma2 or ask fewer --queries")
+    plan["method_choice"] = opts.method_reason
+    plan["private_records"] = n
+    if on_plan:
+        on_plan(plan)
+
+    torch.manual_seed(opts.seed)
+    rng = torch.Generator().manual_seed(opts.seed + 1)  # subsampling and noise: explicitly seeded, on the card
+    train_rng = torch.Generator().manual_seed(opts.seed)
+    accountant = PknnAccountant()
+    mech = PknnMechanism(private.y, spec.num_classes, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1, threshold=threshold,
+                         sigma2=plan["sigma2"], accountant=accountant, generator=rng, chunk=cfg.chunk)
+    order = torch.randperm(len(public), generator=train_rng)[:total_q]
+    per_round = order.tensor_split(cfg.rounds)
+    phi = FEATURES.get(cfg.features)(spec)
+    student_name = opts.student or default_student_name(spec)
+    xs, ys, rounds = [], [], []
+    student = None
+    for r, idx in enumerate(per_round, 1):
+        t0 = time.perf_counter()
+        pfeats = batched_features(phi, private.x)
+        qx = public.x[idx]
+        qfeats = batched_features(phi, qx)
+        answered = mech.screen(qfeats, pfeats)
+        labels = mech.answer(qfeats[answered], pfeats)
+        xs.append(qx[answered])
+        ys.append(labels)
+        student = create_student(student_name, spec)
+        train_classifier(student, torch.cat(xs), torch.cat(ys), epochs=cfg.student_epochs, lr=cfg.student_lr,
+                         minibatch=cfg.minibatch, generator=train_rng)
+        phi = student_features(student)  # DP by post-processing: trained on public queries + DP labels only
+        info = {"kind": "round", "round": r, "asked": len(idx), "answered": int(answered.sum()), "seconds": time.perf_counter() - t0,
+                "epsilon": accountant.epsilon(delta=opts.delta)}
+        rounds.append(info)
+        if on_progress:
+            on_progress(info)
+    eps_all = accountant.epsilons(delta=opts.delta)
+    if eps_all["epsilon"] > opts.eps * (1 + 1e-9):
+        raise DpconvertError(f"internal error: Private-kNN spent ε={eps_all['epsilon']} > target {opts.eps}; nothing was written")
+    asked, answered_total = accountant.count("pknn_screening"), accountant.count("pknn_argmax")
+    return MethodOutput(
+        student=student, student_name=student_name, probe=public.x[: opts.parity_inputs], rounds=rounds, warnings=warnings,
+        guarantee={
+            "epsilon": eps_all["epsilon"], "delta": opts.delta, "scope": "record", "adjacency": ADJACENCY_RECORD,
+            "record_level_epsilon": eps_all["epsilon"],
+            "covers": ["the released student model (weights and graph in this file)", "the DP labels of the public queries",
+                       "any later use of the student (post-processing)"],
+            "not_covered": NOT_COVERED + ["the public query set itself (assumed public)"],
+        },
+        accounting={
+            "accountant": accountant.name,
+            "epsilons": {k: v for k, v in eps_all.items() if k != "epsilon"},
+            "libraries": library_versions(),
+            "calibrated": plan["calibrated"],
+            "target_epsilon": opts.eps,
+            "state": accountant.state_dict(),
+            "note": "screening charged for every query; noisy argmax (independent Poisson subsample) only for answered queries; "
+                    "σ2 calibrated as if every query were answered",
+        },
+        mechanism={
+            "method": "private-knn", "k": cfg.k, "sampling_rate": cfg.sampling_rate, "sampling": "Poisson (independent per record, per query, per step)",
+            "sigma1": cfg.sigma1, "threshold": threshold, "sigma2": plan["sigma2"], "queries_asked": asked, "queries_answered": answered_total,
+            "rounds": cfg.rounds, "features": f"{cfg.features} (round 1), then the previous round's student", "private_records": n,
+            "public_queries": opts.public_data, "noise_rng": f"torch.Generator (CPU) seeded with {opts.seed + 1}", "config": cfg.to_dict(),
+        },
+    )

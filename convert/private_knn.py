@@ -1,0 +1,111 @@
+"""Private-kNN (seed 000; ALGORITHMS.md §3): record-level DP labels for public queries.
+
+For each query: a Poisson subsample of the private set (each record kept
+independently with probability γ), the k nearest kept records in a feature
+space φ that never saw private labels, noisy screening
+(max vote + N(0, σ1²) ≥ T), and — on a fresh, independent Poisson subsample —
+a noisy argmax (votes + N(0, σ2²)). ``PknnMechanism`` is the only place that
+draws the subsamples and the noise, and it reports each use to the
+accountant as it happens. The student then learns from answered queries
+(post-processing); its features become φ for the next round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from .accounting import PknnAccountant
+
+
+@dataclass
+class PknnConfig:
+    k: int = 300
+    sampling_rate: float = 0.1  # γ
+    sigma1: float = 100.0  # screening noise
+    threshold: Optional[float] = None  # T_thr, default 0.6·k (seed 000)
+    sigma2: Optional[float] = None  # argmax noise; calibrated to ε when None
+    rounds: int = 2
+    queries: Optional[int] = None  # total queries over all rounds (default: every public image)
+    features: str = "hog"
+    student_epochs: int = 40
+    student_lr: float = 2e-3
+    minibatch: int = 128
+    chunk: int = 256  # queries per distance block (memory bound: chunk × n floats)
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class PknnMechanism:
+    mechanisms = ("pknn_screening", "pknn_argmax")
+
+    def __init__(self, private_labels: torch.Tensor, num_classes: int, *, k: int, sampling_rate: float, sigma1: float,
+                 threshold: float, sigma2: float, accountant: PknnAccountant, generator: torch.Generator, chunk: int = 256) -> None:
+        self.labels, self.num_classes = private_labels.long(), num_classes
+        self.k, self.gamma, self.sigma1, self.threshold, self.sigma2 = int(k), float(sampling_rate), float(sigma1), float(threshold), float(sigma2)
+        self.accountant, self.rng, self.chunk = accountant, generator, chunk
+
+    def poisson_mask(self, rows: int, n: int) -> torch.Tensor:
+        """Independent Bernoulli(γ) per (query, record): one Poisson subsample per query."""
+        return torch.rand(rows, n, generator=self.rng) < self.gamma
+
+    def votes(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
+        """Vote histogram (m, K) of the k nearest *kept* records, a fresh subsample per query (exact kNN)."""
+        out = []
+        for q in qfeats.split(self.chunk):
+            d = torch.cdist(q, pfeats)
+            d.masked_fill_(~self.poisson_mask(*d.shape), float("inf"))
+            dist, idx = d.topk(min(self.k, d.shape[1]), dim=1, largest=False)
+            valid = torch.isfinite(dist)  # fewer than k kept records: only real neighbours vote
+            onehot = F.one_hot(self.labels[idx], self.num_classes) * valid.unsqueeze(-1)
+            out.append(onehot.sum(1).float())
+        return torch.cat(out)
+
+    def screen(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
+        counts = self.votes(qfeats, pfeats)
+        noisy_max = counts.max(1).values + torch.randn(len(counts), generator=self.rng) * self.sigma1
+        self.accountant.record("pknn_screening", count=len(counts), k=self.k, num_classes=self.num_classes,
+                               sigma1=self.sigma1, threshold=self.threshold, sampling_rate=self.gamma)
+        return noisy_max >= self.threshold
+
+    def answer(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
+        counts = self.votes(qfeats, pfeats)  # a new, independent subsample (ALGORITHMS.md §3 step 4)
+        noisy = counts + torch.randn(counts.shape, generator=self.rng) * self.sigma2
+        self.accountant.record("pknn_argmax", count=len(counts), sigma2=self.sigma2, sampling_rate=self.gamma, num_classes=self.num_classes)
+        return noisy.argmax(1)
+
+
+def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, lr: float, minibatch: int,
+                     generator: torch.Generator, flip: bool = True) -> None:
+    """Supervised training on DP labels (post-processing)."""
+    opt = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=5e-4)
+    steps = max(1, epochs * -(-len(x) // minibatch))
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
+    student.train()
+    for _ in range(epochs):
+        for idx in torch.randperm(len(x), generator=generator).split(minibatch):
+            xb = x[idx]
+            if flip:
+                f = torch.rand(len(idx), generator=generator) < 0.5
+                xb = torch.where(f.view(-1, 1, 1, 1), xb.flip(3), xb)
+            shift = torch.randint(-2, 3, (2,), generator=generator).tolist()
+            xb = torch.roll(xb, shifts=shift, dims=(2, 3))
+            loss = F.cross_entropy(student(xb), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    student.eval()
+
+
+def student_features(student: torch.nn.Module) -> Callable:
+    def phi(x):
+        f = student.forward_features(x)
+        return F.normalize(f.flatten(1), dim=1)
+
+    return phi
