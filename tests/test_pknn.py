@@ -1,0 +1,138 @@
+"""Private-kNN: true Poisson subsampling, noise scales as on the card, end to end through the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+
+from dpconvert.accounting import ACCOUNTANTS, PknnAccountant
+from dpconvert.private_knn import PknnMechanism
+from dpconvert.zoo_cards import PrivacyCard
+
+
+def _mech(n=2000, k=50, gamma=0.3, sigma1=8.0, threshold=40.0, sigma2=6.0, labels=None, seed=0):
+    labels = torch.zeros(n, dtype=torch.long) if labels is None else labels
+    return PknnMechanism(labels, 10, k=k, sampling_rate=gamma, sigma1=sigma1, threshold=threshold, sigma2=sigma2,
+                         accountant=PknnAccountant(), generator=torch.Generator().manual_seed(seed))
+
+
+def test_subsampling_is_poisson():
+    """Kept counts per query ~ Binomial(n, γ) (not a fixed-size subset), independent across queries."""
+    m = _mech(n=5000, gamma=0.3)
+    mask = m.poisson_mask(400, 5000)
+    kept = mask.sum(1).double()
+    mean, var = 5000 * 0.3, 5000 * 0.3 * 0.7
+    assert abs(kept.mean().item() - mean) < 4 * math.sqrt(var / 400)
+    assert kept.var().item() == pytest.approx(var, rel=0.25)  # a fixed-size sample would have variance 0
+    assert kept.unique().numel() > 20
+    per_record = mask.double().mean(0)  # each record kept with probability γ
+    assert abs(per_record.mean().item() - 0.3) < 0.01
+    overlap = (mask[0] & mask[1]).double().mean().item()
+    assert overlap == pytest.approx(0.09, abs=0.02)  # independent masks: γ²
+
+
+def test_screening_noise_matches_sigma1():
+    """All private labels equal → max vote = k exactly; acceptance rate must be Φ((k − T)/σ1)."""
+    n, k, sigma1, thr = 2000, 50, 8.0, 55.0
+    m = _mech(n=n, k=k, sigma1=sigma1, threshold=thr)
+    pfeats = torch.randn(n, 4)
+    q = torch.randn(4000, 4)
+    rate = m.screen(q, pfeats).double().mean().item()
+    expected = norm.sf((thr - k) / sigma1)
+    assert rate == pytest.approx(expected, abs=4 * math.sqrt(expected * (1 - expected) / 4000))
+    (ev,) = m.accountant.events
+    assert ev.mechanism == "pknn_screening" and ev.count == 4000
+    assert ev.params["sigma1"] == sigma1 and ev.params["threshold"] == thr and ev.params["sampling_rate"] == 0.3
+
+
+def test_argmax_noise_matches_sigma2():
+    """Two classes, votes exactly (k, 0): P[argmax wrong] = P[N(0,2σ2²) > k] summed over the 9 other classes."""
+    n, k, sigma2 = 2000, 10, 6.0
+    m = _mech(n=n, k=k, sigma2=sigma2)
+    labels = m.answer(torch.randn(6000, 4), torch.randn(n, 4))
+    wrong = (labels != 0).double().mean().item()
+    # P[correct] = ∫ φ(z) Φ((k + σ2 z)/σ2)^9 dz
+    z = np.linspace(-8, 8, 4001)
+    p_correct = np.trapezoid(norm.pdf(z) * norm.cdf((k + sigma2 * z) / sigma2) ** 9, z)
+    assert wrong == pytest.approx(1 - p_correct, abs=4 * math.sqrt(p_correct * (1 - p_correct) / 6000))
+    assert m.accountant.events[-1].params["sigma2"] == sigma2
+
+
+def test_fewer_kept_than_k_votes_only_real_neighbours():
+    m = _mech(n=20, k=50, gamma=0.5)
+    counts = m.votes(torch.randn(30, 3), torch.randn(20, 3))
+    assert (counts.sum(1) <= 20).all()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    import sys
+
+    from dpconvert import cli
+
+    out = tmp_path_factory.mktemp("pknn") / "student.onnx"
+    old = sys.argv
+    sys.argv = ["dpconvert", "builtin:digits", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits",
+                "--eps", "8", "--delta", "1e-4", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "3",
+                "--out", str(out)]
+    try:
+        with pytest.raises(SystemExit) as e:
+            cli.main()
+    finally:
+        sys.argv = old
+    assert e.value.code == 0
+    return out
+
+
+def test_tiny_run_card_is_recomputed(tiny_run, cli):
+    card = PrivacyCard.read(f"{tiny_run}.card.json").data
+    assert card["guarantee"]["scope"] == "record" and card["guarantee"]["epsilon"] <= 8
+    mech = card["mechanism"]
+    acc = ACCOUNTANTS.get("pknn")().load_state_dict(card["accounting"]["state"])
+    assert acc.count("pknn_screening") == mech["queries_asked"] == 450
+    assert acc.count("pknn_argmax") == mech["queries_answered"]
+    assert acc.epsilon(delta=1e-4) == pytest.approx(card["guarantee"]["epsilon"], rel=1e-9)
+    for e in acc.events:
+        assert e.params["sampling_rate"] == mech["sampling_rate"]
+        assert e.params.get("sigma1", mech["sigma1"]) == mech["sigma1"]
+        assert e.params.get("sigma2", mech["sigma2"]) == mech["sigma2"]
+    code, _, _ = cli("audit", tiny_run, "--require-scope", "record", "--max-eps", "8")
+    assert code == 0
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--private-data", "{d}/nolabels.npz"], "labels are required"),
+    (["--private-data", "{d}/fewclasses.npz"], "has 3 classes but the teacher has 10"),
+    (["--public-data", "{d}/empty.npz"], "public set is empty"),
+    (["--k", "500"], "larger than half the expected subsample"),
+    (["--method", "pknn", "--private-data", "builtin:digits:train", "--public-data", ""], "--public-data"),
+])
+def test_bad_pknn_inputs(tmp_path, cli, extra, needle):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "nolabels.npz", x=rng.random((50, 8, 8)))
+    np.savez(tmp_path / "fewclasses.npz", x=rng.random((60, 8, 8)), y=np.arange(60) % 3)
+    np.savez(tmp_path / "empty.npz", x=np.zeros((0, 8, 8)))
+    base = {"--private-data": "builtin:digits:train", "--public-data": "builtin:digits"}
+    args = dict(base)
+    extra = [a.format(d=tmp_path) for a in extra]
+    flags = []
+    i = 0
+    while i < len(extra):
+        if extra[i] in args:
+            args[extra[i]] = extra[i + 1]
+        else:
+            flags += extra[i : i + 2]
+        i += 2
+    argv = ["builtin:digits", "--eps", "8", "--delta", "1e-4", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20",
+            "--out", tmp_path / "s.onnx", *flags]
+    for key, val in args.items():
+        if val:
+            argv += [key, val]
+    code, _, err = cli(*argv)
+    assert code == 1 and needle in err, err
+    assert not (tmp_path / "s.onnx").exists()
