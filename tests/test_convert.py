@@ -125,3 +125,13 @@ def test_bad_convert_inputs(tmp_path, cli, args, needle):
     assert code == 1 and needle in err, err
     assert err.strip().count("\n") == 0
     assert not list(tmp_path.glob("*.onnx*"))
+
+
+def test_no_noise_card_says_infinite_epsilon(tmp_path, cli):
+    code, _, err = cli("builtin:digits", "--noise-multiplier", "0", "--out", tmp_path / "s.onnx", *FAST)
+    assert code == 0, err
+    card = PrivacyCard.read(tmp_path / "s.onnx.card.json")
+    assert card.data["guarantee"]["epsilon"] == "inf" and card.epsilon == float("inf")
+    assert any("NOT differentially private" in w for w in card.data["warnings"])
+    code, out, _ = cli("audit", tmp_path / "s.onnx", "--max-eps", "10")
+    assert code == 1 and "policy max ε" in out
