@@ -39,11 +39,13 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=300)
     ap.add_argument("--sampling-rate", type=float, default=0.1)
     ap.add_argument("--sigma1", type=float, default=100.0)
+    ap.add_argument("--threshold", type=float)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--queries", type=int)
     ap.add_argument("--epochs", type=int, default=40)
     ap.add_argument("--student")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pseudo-label", type=float, default=0.0)
     ap.add_argument("--json")
     args = ap.parse_args()
     import sys
@@ -62,8 +64,8 @@ def main() -> None:
         res = convert(args.teacher, ConvertOptions(
             out=Path(d) / "student.onnx", eps=args.eps, delta=args.delta, method="pknn", private_data=f"{DATA}:train",
             public_data=public, eval_data=evaluation, student=args.student, seed=args.seed,
-            pknn=dict(k=args.k, sampling_rate=args.sampling_rate, sigma1=args.sigma1, rounds=args.rounds, queries=args.queries,
-                      student_epochs=args.epochs)))
+            pknn=dict(k=args.k, sampling_rate=args.sampling_rate, sigma1=args.sigma1, threshold=args.threshold, rounds=args.rounds, queries=args.queries,
+                      student_epochs=args.epochs, pseudo_label=args.pseudo_label)))
         wall = time.perf_counter() - t0
     c = res.card.data
     r = {

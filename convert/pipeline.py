@@ -320,7 +320,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     from .data import load_data
     from .features import FEATURES, batched_features
     from .planning import plan_pknn
-    from .private_knn import PknnConfig, PknnMechanism, student_features, train_classifier
+    from .private_knn import PknnConfig, PknnMechanism, confident_pseudo_labels, student_features, train_classifier
     from .students import create_student, default_student_name
 
     spec = teacher.spec
@@ -394,6 +394,13 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         rounds.append(info)
         if on_progress:
             on_progress(info)
+    if cfg.pseudo_label > 0:  # semi-supervised: answered labels + confident student labels on the rest of the public set
+        answered_set = torch.cat(xs)
+        px, py = confident_pseudo_labels(student, public.x, cfg.pseudo_label)
+        student = create_student(student_name, spec)
+        train_classifier(student, torch.cat([answered_set, px]), torch.cat([torch.cat(ys), py]), epochs=cfg.student_epochs,
+                         lr=cfg.student_lr, minibatch=cfg.minibatch, generator=train_rng)
+        rounds.append({"kind": "pseudo_label", "added": int(len(px)), "threshold": cfg.pseudo_label})
     eps_all = accountant.epsilons(delta=opts.delta)
     if eps_all["epsilon"] > opts.eps * (1 + 1e-9):
         raise DpconvertError(f"internal error: Private-kNN spent ε={eps_all['epsilon']} > target {opts.eps}; nothing was written")

@@ -35,6 +35,7 @@ class PknnConfig:
     student_lr: float = 2e-3
     minibatch: int = 128
     chunk: int = 256  # queries per distance block (memory bound: chunk × n floats)
+    pseudo_label: float = 0.0  # >0: final retrain adding unanswered/unused public images the student labels with this confidence
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -109,3 +110,13 @@ def student_features(student: torch.nn.Module) -> Callable:
         return F.normalize(f.flatten(1), dim=1)
 
     return phi
+
+
+@torch.no_grad()
+def confident_pseudo_labels(student: torch.nn.Module, x: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Public images the student labels with probability ≥ threshold (post-processing: no private data)."""
+    student.eval()
+    probs = torch.cat([F.softmax(student(c), 1) for c in x.split(1024)])
+    conf, labels = probs.max(1)
+    keep = conf >= threshold
+    return x[keep], labels[keep]
