@@ -115,3 +115,10 @@ def test_help_is_fast_and_lists_commands():
 def test_usage_error_exit_code(cli):
     code, _, _ = cli("plan", "--no-such-flag")
     assert code == 2
+
+
+def test_version(cli):
+    import dpconvert
+
+    code, out, _ = cli("--version")
+    assert code == 0 and dpconvert.__version__ in out
