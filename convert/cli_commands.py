@@ -11,6 +11,16 @@ from .cli import app
 from .console import out
 
 
+# Private-kNN options shared by `plan --method pknn` and `convert --method pknn`.
+K = Annotated[int, typer.Option("--k", help="Private-kNN: neighbours.")]
+SamplingRate = Annotated[float, typer.Option("--sampling-rate", help="Private-kNN: Poisson sampling rate γ.")]
+Sigma1 = Annotated[float, typer.Option("--sigma1", help="Private-kNN: screening noise σ1.")]
+Threshold = Annotated[Optional[float], typer.Option("--threshold", help="Private-kNN: screening threshold (default 0.6·k).")]
+Sigma2 = Annotated[Optional[float], typer.Option("--sigma2", help="Private-kNN: argmax noise (default: calibrated to --eps).")]
+Queries = Annotated[Optional[int], typer.Option("--queries", help="Private-kNN: queries screened (default: plan 1000; convert all public images).")]
+PKNN_DEFAULTS = {"k": 300, "sampling_rate": 0.1, "sigma1": 100.0}
+
+
 # ------------------------------------------------------------------ plan
 @app.command()
 def plan(
@@ -21,13 +31,13 @@ def plan(
     steps: Annotated[int, typer.Option("--steps", help="DPDFD: number of noisy releases T.")] = 720,
     batch_size: Annotated[int, typer.Option("--batch-size", help="DPDFD: rows per release B (only the record-level bound depends on it).")] = 256,
     noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="DPDFD: use this σ and compute ε instead of calibrating.")] = None,
-    k: Annotated[int, typer.Option("--k", help="Private-kNN: neighbours.")] = 300,
-    sampling_rate: Annotated[float, typer.Option("--sampling-rate", help="Private-kNN: Poisson sampling rate γ.")] = 0.15,
-    sigma1: Annotated[float, typer.Option("--sigma1", help="Private-kNN: screening noise.")] = 75.0,
-    threshold: Annotated[Optional[float], typer.Option("--threshold", help="Private-kNN: screening threshold (default 0.6k).")] = None,
-    sigma2: Annotated[Optional[float], typer.Option("--sigma2", help="Private-kNN: argmax noise (calibrated to --eps when omitted).")] = None,
+    k: K = PKNN_DEFAULTS["k"],
+    sampling_rate: SamplingRate = PKNN_DEFAULTS["sampling_rate"],
+    sigma1: Sigma1 = PKNN_DEFAULTS["sigma1"],
+    threshold: Threshold = None,
+    sigma2: Sigma2 = None,
     num_classes: Annotated[int, typer.Option("--num-classes", help="Private-kNN: classes.")] = 10,
-    queries: Annotated[int, typer.Option("--queries", help="Private-kNN: queries screened.")] = 1000,
+    queries: Queries = None,
     answered: Annotated[Optional[int], typer.Option("--answered", help="Private-kNN: queries answered (default: all).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -40,7 +50,7 @@ def plan(
     elif method == "pknn":
         result = plan_pknn(eps=eps, delta=delta, k=k, sampling_rate=sampling_rate, sigma1=sigma1,
                            threshold=threshold if threshold is not None else 0.6 * k, sigma2=sigma2, num_classes=num_classes,
-                           queries=queries, answered=queries if answered is None else answered, n=n)
+                           queries=queries or 1000, answered=(queries or 1000) if answered is None else answered, n=n)
     else:
         raise DpconvertError(f"unknown --method {method!r}; choose dpdfd or pknn")
     if as_json:
@@ -111,13 +121,13 @@ def convert(
     method: Annotated[str, typer.Option("--method", help="dpdfd (data-free, query-level), pknn (record-level, needs --private-data) or auto.")] = "auto",
     private_data: Annotated[Optional[str], typer.Option("--private-data", help="Private-kNN: the labelled private training data (any reader).")] = None,
     public_data: Annotated[Optional[str], typer.Option("--public-data", help="Private-kNN: unlabelled public images to label as queries.")] = None,
-    k: Annotated[int, typer.Option("--k", help="Private-kNN: neighbours.")] = 300,
-    sampling_rate: Annotated[float, typer.Option("--sampling-rate", help="Private-kNN: Poisson sampling rate γ.")] = 0.1,
-    sigma1: Annotated[float, typer.Option("--sigma1", help="Private-kNN: screening noise σ1.")] = 100.0,
-    threshold: Annotated[Optional[float], typer.Option("--threshold", help="Private-kNN: screening threshold (default 0.6·k).")] = None,
-    sigma2: Annotated[Optional[float], typer.Option("--sigma2", help="Private-kNN: argmax noise (default: calibrated to --eps).")] = None,
+    k: K = PKNN_DEFAULTS["k"],
+    sampling_rate: SamplingRate = PKNN_DEFAULTS["sampling_rate"],
+    sigma1: Sigma1 = PKNN_DEFAULTS["sigma1"],
+    threshold: Threshold = None,
+    sigma2: Sigma2 = None,
     rounds: Annotated[int, typer.Option("--rounds", help="Private-kNN: rounds (features refined by the student).")] = 2,
-    queries: Annotated[Optional[int], typer.Option("--queries", help="Private-kNN: total queries (default: all public images).")] = None,
+    queries: Queries = None,
     features: Annotated[str, typer.Option("--features", help="Private-kNN: first-round features (hog).")] = "hog",
 ) -> None:
     """Convert TEACHER into a DP student (DPDFD or Private-kNN) with an ONNX export and a privacy card."""
