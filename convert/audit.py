@@ -134,7 +134,7 @@ def _as_float(v) -> float:
 
 
 def audit_model(path: Path, policy: Policy, run_model: bool = True) -> ModelAudit:
-    from dpconvert.zoo_cards import PrivacyCard, card_paths, extract_card, model_sha256
+    from dpconvert.zoo_cards import PrivacyCard, card_paths, extract_card
     from dpconvert.zoo_cards.onnx_meta import load_onnx
 
     a = ModelAudit(str(path))

@@ -1,4 +1,4 @@
-"""The main job: load teacher → plan budget → run DPDFD → export → privacy card.
+"""The main job: load teacher → plan budget → run a mechanism (DPDFD, Private-kNN) → export → card.
 
 ``convert(...)`` is the Python API behind ``dpconvert TEACHER --eps 1 --out
 student.onnx``. It writes nothing until everything has succeeded: the ONNX
@@ -10,9 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import math
-import platform
 import shlex
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,7 +156,7 @@ def _card_paths(out: Path):
     return card_paths(out)
 
 
-def _write_outputs(teacher_source, teacher, out: Path, opts: ConvertOptions, r: MethodOutput, utility) -> "PrivacyCard":
+def _write_outputs(teacher_source, teacher, out: Path, opts: ConvertOptions, r: MethodOutput, utility):
     from dpconvert.zoo_cards import PrivacyCard, embed_card, model_sha256, render_markdown
     from dpconvert.zoo_cards.onnx_meta import SHA256_METHOD
 

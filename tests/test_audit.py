@@ -10,7 +10,7 @@ import pytest
 from onnx import numpy_helper
 
 from dpconvert.pipeline import ConvertOptions, convert
-from dpconvert.zoo_cards import PrivacyCard, embed_card, extract_card
+from dpconvert.zoo_cards import PrivacyCard, embed_card
 
 FAST = dict(releases=2, batch_size=1000, student_epochs=1)
 
@@ -51,12 +51,12 @@ def zoo(tmp_path_factory):
     w.CopyFrom(numpy_helper.from_array(arr, w.name))
     onnx.save(proto, tampered)
     # unknown schema version
-    future = copy("future.onnx")
+    copy("future.onnx")
     data = json.loads((root / "future.onnx.card.json").read_text())
     data["schema_version"] = "9.9"
     (root / "future.onnx.card.json").write_text(json.dumps(data))
     # truncated JSON
-    trunc = copy("truncated.onnx")
+    copy("truncated.onnx")
     text = (root / "truncated.onnx.card.json").read_text()
     (root / "truncated.onnx.card.json").write_text(text[: len(text) // 2])
     return root
