@@ -250,25 +250,70 @@ def audit(
     min_accuracy: Annotated[Optional[float], typer.Option("--min-accuracy", help="Fail models whose card reports lower student accuracy.")] = None,
     allow_missing: Annotated[bool, typer.Option("--allow-missing", help="Models without a card pass (reported as 'no DP guarantee').")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the full report as JSON to this file.")] = None,
+    members: Annotated[Optional[str], typer.Option("--members", help="Membership inference: data the model was trained on (labelled).")] = None,
+    non_members: Annotated[Optional[str], typer.Option("--non-members", help="Membership inference: data it was not trained on (labelled).")] = None,
+    teacher: Annotated[Optional[str], typer.Option("--teacher", help="Membership inference: also attack this teacher, side by side.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Membership inference: at most this many members and non-members.")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Membership inference: write the ROC curves to this PNG.")] = None,
+    arch: Arch = None,
+    num_classes: NumClasses = None,
+    input_size: InputSize = None,
+    mean: Mean = None,
+    std: Std = None,
 ) -> None:
-    """Verify privacy cards, recompute ε and enforce a policy. Exit 0 = all pass, 1 = a failure, 2 = usage error."""
+    """Verify privacy cards, recompute ε and enforce a policy. Exit 0 = all pass, 1 = a failure, 2 = usage error.
+
+    With --members/--non-members, also run membership-inference attacks (empirical evidence, not a guarantee)."""
     from .audit import Policy, audit as run_audit
     from .errors import DpconvertError
 
     try:
         policy = Policy(max_eps, max_delta, require_scope, max_record_eps, min_accuracy, allow_missing)
         results = run_audit(paths, policy)
+        if (members is None) != (non_members is None):
+            raise DpconvertError("membership inference needs both --members and --non-members")
     except DpconvertError as e:
         _exit_usage(str(e))
     _print_audit(results)
+    mia = {}
+    if members is not None:
+        mia = _membership(results, members, non_members, teacher, limit, plot, _load_options(arch, num_classes, None, input_size, mean, std, None, False))
     if json_path is not None:
         report = {"policy": policy.__dict__, "passed": all(r.passed for r in results), "models": [r.to_dict() for r in results]}
+        if mia:
+            report["membership_inference"] = mia
         from .atomic import AtomicOutputs
 
         with AtomicOutputs() as o:
             o.write(json_path, json.dumps(report, indent=2, default=str) + "\n")
     if not all(r.passed for r in results):
         raise typer.Exit(1)
+
+
+def _membership(results, members, non_members, teacher, limit, plot, load_options) -> dict:
+    from rich.table import Table
+
+    from .membership import membership_audit, plot_roc
+
+    report, curves = {}, {}
+    t = Table(title="membership inference (empirical evidence, not a guarantee)")
+    for col in ("model", "target", "attack", "AUC [95% CI]", "advantage", "TPR@0.1%FPR", "TPR@1%FPR"):
+        t.add_column(col)
+    for r in results:
+        if not r.path.endswith(".onnx"):
+            continue
+        res = membership_audit(r.path, members, non_members, teacher=teacher, load_options=load_options, limit=limit)
+        report[r.path] = {target: {a.attack: a.to_dict() for a in attacks} for target, attacks in res.items()}
+        for target, attacks in res.items():
+            curves[f"{Path(r.path).name}:{target}"] = attacks
+            for a in attacks:
+                m, ci = a.metrics, a.ci95["auc"]
+                t.add_row(Path(r.path).name, target, a.attack, f"{m['auc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]", f"{m['advantage']:.3f}",
+                          f"{m['tpr_at_0.1%_fpr']:.4f}", f"{m['tpr_at_1%_fpr']:.4f}")
+    out.print(t)
+    if plot is not None:
+        plot_roc(curves, str(plot))
+    return report
 
 
 def _print_audit(results) -> None:

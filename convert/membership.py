@@ -1,0 +1,174 @@
+"""Empirical privacy audit: membership inference on a model (and its teacher).
+
+Evidence, not a guarantee. Two attacks on the model's own per-example outputs:
+
+* ``loss``: the loss-threshold attack of Yeom et al. (2018): members have lower
+  loss; score = −CE(logits, y).
+* ``lira_offline``: LiRA's statistic (Carlini et al. 2022) without shadow
+  models: the logit-scaled confidence φ = log(p_y / (1 − p_y)) is modelled by one
+  Gaussian for members and one for non-members; the score is the log
+  likelihood ratio. The Gaussians are fitted on one half of the data and
+  scored on the other (and vice versa), so the attack is not tuned on the
+  examples it is measured on.
+
+Metrics: ROC AUC, attack advantage max(TPR − FPR), TPR at 0.1 % and 1 % FPR,
+with percentile bootstrap confidence intervals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+ATTACKS = ("loss", "lira_offline")
+
+
+def per_example_stats(logits: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
+    z = logits - logits.max(1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(1, keepdims=True))
+    lp_y = logp[np.arange(len(labels)), labels]
+    # log(p/(1−p)) computed stably from log p
+    log1m = np.log(-np.expm1(np.minimum(lp_y, -1e-12)))
+    return {"loss": -lp_y, "phi": lp_y - log1m}
+
+
+def _lira_scores(phi_in: np.ndarray, phi_out: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Cross-fitted Gaussian likelihood-ratio scores for members and non-members."""
+    def split(a):
+        perm = rng.permutation(len(a))
+        return perm[: len(a) // 2], perm[len(a) // 2 :]
+
+    def llr(x, fit_in, fit_out):
+        mi, si = fit_in.mean(), fit_in.std() + 1e-6
+        mo, so = fit_out.mean(), fit_out.std() + 1e-6
+        return (-0.5 * ((x - mi) / si) ** 2 - np.log(si)) - (-0.5 * ((x - mo) / so) ** 2 - np.log(so))
+
+    (ia, ib), (oa, ob) = split(phi_in), split(phi_out)
+    s_in, s_out = np.empty(len(phi_in)), np.empty(len(phi_out))
+    s_in[ia], s_out[oa] = llr(phi_in[ia], phi_in[ib], phi_out[ob]), llr(phi_out[oa], phi_in[ib], phi_out[ob])
+    s_in[ib], s_out[ob] = llr(phi_in[ib], phi_in[ia], phi_out[oa]), llr(phi_out[ob], phi_in[ia], phi_out[oa])
+    return s_in, s_out
+
+
+def roc_metrics(s_in: np.ndarray, s_out: np.ndarray) -> dict[str, float]:
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    y = np.r_[np.ones(len(s_in)), np.zeros(len(s_out))]
+    s = np.r_[s_in, s_out]
+    fpr, tpr, _ = roc_curve(y, s)
+    return {
+        "auc": float(roc_auc_score(y, s)),
+        "advantage": float(np.max(tpr - fpr)),
+        "tpr_at_0.1%_fpr": float(np.interp(1e-3, fpr, tpr)),
+        "tpr_at_1%_fpr": float(np.interp(1e-2, fpr, tpr)),
+    }
+
+
+@dataclass
+class AttackResult:
+    attack: str
+    metrics: dict
+    ci95: dict
+    roc: tuple  # (fpr, tpr) for plotting
+
+    def to_dict(self) -> dict:
+        return {"attack": self.attack, **self.metrics, "ci95": self.ci95}
+
+
+def run_attacks(logits_in: np.ndarray, y_in: np.ndarray, logits_out: np.ndarray, y_out: np.ndarray, *,
+                bootstrap: int = 200, seed: int = 0) -> list[AttackResult]:
+    from sklearn.metrics import roc_curve
+
+    rng = np.random.default_rng(seed)
+    st_in, st_out = per_example_stats(logits_in, y_in), per_example_stats(logits_out, y_out)
+    scores = {"loss": (-st_in["loss"], -st_out["loss"]), "lira_offline": _lira_scores(st_in["phi"], st_out["phi"], rng)}
+    results = []
+    for name, (a, b) in scores.items():
+        metrics = roc_metrics(a, b)
+        boot = [roc_metrics(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))]) for _ in range(bootstrap)]
+        ci = {k: [float(np.percentile([m[k] for m in boot], 2.5)), float(np.percentile([m[k] for m in boot], 97.5))] for k in metrics}
+        fpr, tpr, _ = roc_curve(np.r_[np.ones(len(a)), np.zeros(len(b))], np.r_[a, b])
+        results.append(AttackResult(name, metrics, ci, (fpr, tpr)))
+    return results
+
+
+def logits_of(forward: Callable, x, batch: int = 1024) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        return torch.cat([forward(c).float().cpu() for c in x.split(batch)]).numpy()
+
+
+def plot_roc(curves: dict[str, list[AttackResult]], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from .errors import DpconvertError
+
+        raise DpconvertError("--plot needs matplotlib: pip install matplotlib") from None
+    fig, ax = plt.subplots(figsize=(5, 5))
+    for model, results in curves.items():
+        for r in results:
+            ax.plot(np.maximum(r.roc[0], 1e-5), np.maximum(r.roc[1], 1e-5), label=f"{model} {r.attack} (AUC {r.metrics['auc']:.3f})")
+    ax.plot([1e-5, 1], [1e-5, 1], "k--", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="false positive rate", ylabel="true positive rate", title="membership inference")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def onnx_forward(path: str) -> Callable:
+    import onnxruntime as ort
+    import torch
+
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    return lambda x: torch.from_numpy(sess.run(None, {name: x.cpu().numpy()})[0])
+
+
+def summarize(results: list[AttackResult]) -> Optional[dict]:
+    return {r.attack: r.to_dict() for r in results}
+
+
+def membership_audit(model_path: str, members: str, non_members: str, *, teacher: Optional[str] = None, load_options=None,
+                     limit: Optional[int] = None, bootstrap: int = 200, seed: int = 0) -> dict[str, list[AttackResult]]:
+    """Attack the model (and the teacher, when given) on the same members / non-members."""
+    from dataclasses import replace
+
+    from .data import load_data
+    from .errors import DpconvertError
+    from .teachers import LoadOptions, load_teacher
+
+    opts = load_options or LoadOptions()
+    card = _card_of(model_path)
+    if card is not None:  # the card knows the student's input normalisation
+        m = card.data["model"]
+        opts = replace(opts, mean=opts.mean or tuple(m["mean"]), std=opts.std or tuple(m["std"]))
+    targets = {"model": load_teacher(model_path, opts)}
+    if teacher:
+        targets["teacher"] = load_teacher(teacher, replace(opts, mean=None, std=None) if card is not None else opts)
+    out = {}
+    for name, t in targets.items():
+        mem = load_data(members, t.spec, require_labels=True)
+        non = load_data(non_members, t.spec, require_labels=True)
+        if limit:
+            mem.x, mem.y, non.x, non.y = mem.x[:limit], mem.y[:limit], non.x[:limit], non.y[:limit]
+        if len(mem) < 10 or len(non) < 10:
+            raise DpconvertError("membership inference needs at least 10 members and 10 non-members")
+        out[name] = run_attacks(logits_of(t, mem.x), mem.y.numpy(), logits_of(t, non.x), non.y.numpy(), bootstrap=bootstrap, seed=seed)
+    return out
+
+
+def _card_of(model_path: str):
+    from pathlib import Path
+
+    from dpconvert.zoo_cards import PrivacyCard, card_paths
+
+    sidecar, _ = card_paths(model_path)
+    return PrivacyCard.read(sidecar) if Path(sidecar).exists() else None
