@@ -300,7 +300,7 @@ def _membership(results, members, non_members, teacher, limit, plot, load_option
     for col in ("model", "target", "attack", "AUC [95% CI]", "advantage", "TPR@0.1%FPR", "TPR@1%FPR"):
         t.add_column(col)
     for r in results:
-        if not r.path.endswith(".onnx"):
+        if r.path.endswith(".card.json"):
             continue
         res = membership_audit(r.path, members, non_members, teacher=teacher, load_options=load_options, limit=limit)
         report[r.path] = {target: {a.attack: a.to_dict() for a in attacks} for target, attacks in res.items()}
