@@ -9,19 +9,24 @@ import pytest
 import torch
 
 
-def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    """Run ``dpconvert ARGS`` in-process; return (exit code, stdout, stderr)."""
+def main_exit_code(args: list) -> int:
+    """Run ``dpconvert ARGS`` in-process without capturing output; return the exit code."""
     from dpconvert import cli
 
     old = sys.argv
-    sys.argv = ["dpconvert", *args]
+    sys.argv = ["dpconvert", *[str(a) for a in args]]
     try:
         cli.main()
-        code = 0
+        return 0
     except SystemExit as e:
-        code = int(e.code or 0)
+        return int(e.code or 0)
     finally:
         sys.argv = old
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """Run ``dpconvert ARGS`` in-process; return (exit code, stdout, stderr)."""
+    code = main_exit_code(args)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

@@ -18,19 +18,10 @@ FAST = ["--steps", "2", "--batch-size", "1500", "--epochs", "1"]
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     """One small conversion shared by the tests below (main form: no 'convert' word)."""
-    import sys
-
-    from dpconvert import cli
+    from conftest import main_exit_code
 
     out = tmp_path_factory.mktemp("conv") / "student.onnx"
-    old = sys.argv
-    sys.argv = ["dpconvert", "builtin:digits", "--eps", "1", "--out", str(out), "--eval-data", "builtin:digits", *FAST]
-    try:
-        with pytest.raises(SystemExit) as e:
-            cli.main()
-    finally:
-        sys.argv = old
-    assert e.value.code == 0
+    assert main_exit_code(["builtin:digits", "--eps", "1", "--out", out, "--eval-data", "builtin:digits", *FAST]) == 0
     return out
 
 

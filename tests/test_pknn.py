@@ -70,21 +70,12 @@ def test_fewer_kept_than_k_votes_only_real_neighbours():
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    import sys
-
-    from dpconvert import cli
+    from conftest import main_exit_code
 
     out = tmp_path_factory.mktemp("pknn") / "student.onnx"
-    old = sys.argv
-    sys.argv = ["dpconvert", "builtin:digits", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits",
-                "--eps", "8", "--delta", "1e-4", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "3",
-                "--out", str(out)]
-    try:
-        with pytest.raises(SystemExit) as e:
-            cli.main()
-    finally:
-        sys.argv = old
-    assert e.value.code == 0
+    assert main_exit_code(["builtin:digits", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits",
+                           "--eps", "8", "--delta", "1e-4", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "3",
+                           "--out", out]) == 0
     return out
 
 
