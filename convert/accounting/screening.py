@@ -6,6 +6,9 @@ p = P[N(t, σ1²) ≥ T], q = P[N(t', σ1²) ≥ T], the bit's Rényi divergence
 order α is log(p^α q^(1−α) + (1−p)^α (1−q)^(1−α)) / (α − 1). Theorem 7 takes
 the max over every reachable t: ⌈k/c⌉ ≤ t ≤ k (the top class of k votes over
 c classes has at least ⌈k/c⌉), and both neighbours t ± 1 in both directions.
+We search 0 ≤ t ≤ k instead: a Poisson subsample can (rarely) keep fewer than
+k records, and then the top count can fall below ⌈k/c⌉. The wider search can
+only raise the bound (the maximum sits near t ≈ T anyway).
 Everything is in log space (``scipy.stats.norm.logsf``), so large α and
 extreme thresholds stay finite. The official code tried two values of t and
 took the max of the wrong array; this searches the whole range.
@@ -40,7 +43,7 @@ def screening_rdp(alpha: float, *, k: int, num_classes: int, sigma1: float, thre
         raise ValueError("RDP order must be > 1")
     if sigma1 <= 0:
         return math.inf
-    t = np.arange(math.ceil(k / num_classes), k + 1, dtype=float)
+    t = np.arange(0, k + 1, dtype=float)
     logp = norm.logsf((threshold - t) / sigma1)
     best = -math.inf
     for shift in (-1.0, 1.0):
