@@ -255,6 +255,7 @@ def audit(
     teacher: Annotated[Optional[str], typer.Option("--teacher", help="Membership inference: also attack this teacher, side by side.")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Membership inference: at most this many members and non-members.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Membership inference: write the ROC curves to this PNG.")] = None,
+    write_card: Annotated[bool, typer.Option("--write-card", help="Membership inference: record the results in each model's card (audit block, labelled empirical).")] = False,
     arch: Arch = None,
     num_classes: NumClasses = None,
     input_size: InputSize = None,
@@ -278,6 +279,11 @@ def audit(
     mia = {}
     if members is not None:
         mia = _membership(results, members, non_members, teacher, limit, plot, _load_options(arch, num_classes, None, input_size, mean, std, None, False))
+        if write_card:
+            from .membership import record_in_card
+
+            for path, entry in mia.items():
+                record_in_card(path, entry, members, non_members)
     if json_path is not None:
         report = {"policy": policy.__dict__, "passed": all(r.passed for r in results), "models": [r.to_dict() for r in results]}
         if mia:

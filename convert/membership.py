@@ -172,3 +172,40 @@ def _card_of(model_path: str):
 
     sidecar, _ = card_paths(model_path)
     return PrivacyCard.read(sidecar) if Path(sidecar).exists() else None
+
+
+def record_in_card(model_path: str, results: dict, members: str, non_members: str) -> None:
+    """Put the attack results in the card's ``audit`` block (sidecar and embedded copy, written atomically).
+
+    Labelled empirical: it is evidence about this model, never part of the guarantee.
+    The model hash covers the graph only, so updating the embedded card leaves it valid.
+    """
+    import datetime as _dt
+
+    import onnx
+
+    from dpconvert.zoo_cards import card_paths, embed_card
+
+    from .atomic import AtomicOutputs
+    from .errors import DpconvertError
+
+    card = _card_of(model_path)
+    if card is None or not model_path.endswith(".onnx"):
+        raise DpconvertError(f"{model_path}: --write-card needs an ONNX model with a privacy card")
+    card.data["audit"] = {
+        "kind": "empirical membership inference — evidence, not a DP guarantee",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "members": members,
+        "non_members": non_members,
+        "results": results,
+    }
+    card.validate("card with audit block")
+    proto = onnx.load(model_path)
+    embed_card(proto, card)
+    from dpconvert.zoo_cards import render_markdown
+
+    sidecar_json, sidecar_md = card_paths(model_path)
+    with AtomicOutputs() as o:
+        o.write(model_path, proto.SerializeToString())
+        o.write(sidecar_json, card.to_json())
+        o.write(sidecar_md, render_markdown(card))

@@ -78,3 +78,26 @@ def test_audit_cli_membership(overfit, cli, tmp_path):
 def test_members_without_non_members_is_usage_error(overfit, cli):
     d, _, _ = overfit
     assert cli("audit", d / "overfit.onnx", "--allow-missing", "--members", d / "members.npz")[0] == 2
+
+
+def test_write_card_records_empirical_audit(cli, tmp_path):
+    import numpy as np
+
+    from dpconvert.data import digits_split
+    from dpconvert.pipeline import ConvertOptions, convert
+    from dpconvert.zoo_cards import PrivacyCard, extract_card
+
+    out = tmp_path / "s.onnx"
+    convert("builtin:digits", ConvertOptions(out=out, releases=1, batch_size=500, student_epochs=1))
+    tr, te = digits_split("train"), digits_split("test")
+    np.savez(tmp_path / "m.npz", x=tr.pixels[:100, 0], y=tr.labels[:100])
+    np.savez(tmp_path / "n.npz", x=te.pixels[:100, 0], y=te.labels[:100])
+    code, _, err = cli("audit", out, "--members", tmp_path / "m.npz", "--non-members", tmp_path / "n.npz", "--write-card")
+    assert code == 0, err
+    card = PrivacyCard.read(f"{out}.card.json")
+    assert "not a DP guarantee" in card.data["audit"]["kind"]
+    assert card.data["audit"]["results"]["model"]["loss"]["auc"] > 0
+    import onnx
+
+    assert extract_card(onnx.load(str(out))).data == card.data
+    assert cli("audit", out)[0] == 0  # hash and copies still agree

@@ -50,7 +50,11 @@ def render_markdown(card: PrivacyCard) -> str:
         lines += [f"- {k}: {_fmt(v)}" for k, v in u.items() if k != "covered_by_guarantee"]
     if d.get("audit"):
         lines += ["", "## Empirical audit (evidence, not a guarantee)", ""]
-        lines += [f"- {k}: {_fmt(v)}" for k, v in d["audit"].items()]
+        lines += [f"- {k}: {_fmt(v)}" for k, v in d["audit"].items() if not isinstance(v, dict)]
+        for target, attacks in (d["audit"].get("results") or {}).items():
+            for attack, m in attacks.items():
+                lines.append(f"- {target}, {attack}: AUC {_fmt(m.get('auc'))}, advantage {_fmt(m.get('advantage'))}, "
+                             f"TPR@0.1%FPR {_fmt(m.get('tpr_at_0.1%_fpr'))}, TPR@1%FPR {_fmt(m.get('tpr_at_1%_fpr'))}")
     if d["warnings"]:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in d["warnings"]]
     lines += ["", f"_Written by dpconvert {d['dpconvert_version']} on {d['created']}. Command: `{d.get('command', '')}`_", ""]
