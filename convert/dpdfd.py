@@ -115,6 +115,8 @@ class Dpdfd:
         self.prior = prior.to(device) if prior is not None else None
         if self.generator is None and self.prior is None:
             raise ValueError("DPDFD needs a generator, a prior, or both")
+        if cfg.distill_loss != "ce" and cfg.student_target != "paper":
+            raise ValueError("label decoding (score/posterior targets) assumes the CE release; use student_target='paper' with kd")
         self.device = device
         self.noise_rng = torch.Generator().manual_seed(cfg.seed + 1)  # the DP noise: its own explicitly seeded stream
         self.mechanism = NormalisedGaussianRelease(sigma=cfg.sigma, clip=cfg.clip, accountant=accountant, generator=self.noise_rng)
