@@ -184,9 +184,8 @@ def record_in_card(model_path: str, results: dict, members: str, non_members: st
 
     import onnx
 
-    from dpconvert.zoo_cards import card_paths, embed_card
+    from dpconvert.zoo_cards.onnx_meta import write_model_with_card
 
-    from .atomic import AtomicOutputs
     from .errors import DpconvertError
 
     card = _card_of(model_path)
@@ -200,12 +199,4 @@ def record_in_card(model_path: str, results: dict, members: str, non_members: st
         "results": results,
     }
     card.validate("card with audit block")
-    proto = onnx.load(model_path)
-    embed_card(proto, card)
-    from dpconvert.zoo_cards import render_markdown
-
-    sidecar_json, sidecar_md = card_paths(model_path)
-    with AtomicOutputs() as o:
-        o.write(model_path, proto.SerializeToString())
-        o.write(sidecar_json, card.to_json())
-        o.write(sidecar_md, render_markdown(card))
+    write_model_with_card(model_path, onnx.load(model_path), card)

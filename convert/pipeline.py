@@ -12,7 +12,7 @@ import logging
 import math
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -122,7 +122,8 @@ def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
 
     start = time.perf_counter()
     out = check_output_path(opts.out)
-    method = choose_method(opts)
+    method, reason = choose_method(opts)
+    opts = replace(opts, method_reason=reason)  # the caller's options stay untouched
     load_options = load_options or LoadOptions(device=opts.device)
     teacher = load_teacher(teacher_source, load_options)
     eval_ds = None
@@ -138,16 +139,15 @@ def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
     return ConvertResult(out, *_card_paths(out), card, time.perf_counter() - start, result.rounds)
 
 
-def choose_method(opts: ConvertOptions) -> str:
+def choose_method(opts: ConvertOptions) -> tuple[str, str]:
+    """(method, why): ``auto`` means Private-kNN when private data is given, DPDFD otherwise."""
     if opts.method == "auto":
-        method = "pknn" if opts.private_data else "dpdfd"
-        reason = "private data given: record-level Private-kNN" if opts.private_data else "no private data: data-free DPDFD (query-level)"
-        opts.method_reason = reason
-        return method
+        if opts.private_data:
+            return "pknn", "private data given: record-level Private-kNN"
+        return "dpdfd", "no private data: data-free DPDFD (query-level)"
     if opts.method not in METHODS:
         raise DpconvertError(METHODS.unknown_message(opts.method))
-    opts.method_reason = "chosen with --method"
-    return opts.method
+    return opts.method, "chosen with --method"
 
 
 def _card_paths(out: Path):
@@ -157,10 +157,9 @@ def _card_paths(out: Path):
 
 
 def _write_outputs(teacher_source, teacher, out: Path, opts: ConvertOptions, r: MethodOutput, utility):
-    from dpconvert.zoo_cards import PrivacyCard, embed_card, model_sha256, render_markdown
-    from dpconvert.zoo_cards.onnx_meta import SHA256_METHOD
+    from dpconvert.zoo_cards import PrivacyCard, model_sha256
+    from dpconvert.zoo_cards.onnx_meta import SHA256_METHOD, write_model_with_card
 
-    from .atomic import AtomicOutputs
     from .export import OPSET, export_onnx, parity
 
     spec = teacher.spec
@@ -184,18 +183,13 @@ def _write_outputs(teacher_source, teacher, out: Path, opts: ConvertOptions, r: 
         "teacher": {"source": teacher_source, "kind": teacher.kind, "sha256": teacher.sha256, "architecture": teacher.arch, "trained_with_dp": None},
         "guarantee": r.guarantee,
         "accounting": r.accounting,
-        "mechanism": {**r.mechanism, "method_choice": getattr(opts, "method_reason", "")},
+        "mechanism": {**r.mechanism, "method_choice": opts.method_reason},
         "utility": utility,
         "export": {"onnx_checker": "passed (full_check=True)", "parity": par.to_dict(), "onnxruntime_device": "cpu"},
         "audit": None,
         "warnings": warnings,
     }).validate("generated card")
-    embed_card(proto, card)
-    card_json, card_md = _card_paths(out)
-    with AtomicOutputs() as outputs:
-        outputs.write(out, proto.SerializeToString())
-        outputs.write(card_json, card.to_json())
-        outputs.write(card_md, render_markdown(card))
+    write_model_with_card(str(out), proto, card)
     return card
 
 

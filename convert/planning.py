@@ -15,7 +15,7 @@ from .errors import DpconvertError
 log = logging.getLogger("dpconvert")
 
 
-def check_delta(delta: float, n: Optional[int]) -> list[str]:
+def check_delta(delta: float, n: Optional[int]) -> None:
     if not 0 < delta < 1:
         raise DpconvertError(f"--delta must be in (0, 1), got {delta}")
     if n is not None:
@@ -23,7 +23,6 @@ def check_delta(delta: float, n: Optional[int]) -> list[str]:
             raise DpconvertError(f"--n (private set size) must be >= 1, got {n}")
         if delta > 1.0 / n:
             raise DpconvertError(f"--delta {delta:g} is larger than 1/n = {1.0 / n:.3g}; use --delta {10 ** -len(str(n)):g} or smaller")
-    return []
 
 
 def plan_dpdfd(*, eps: Optional[float], delta: float, steps: int, batch_size: int, noise_multiplier: Optional[float] = None,

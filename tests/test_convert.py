@@ -91,7 +91,7 @@ def test_interrupt_leaves_no_output(tmp_path, cli, monkeypatch):
 
 
 def test_failure_while_writing_leaves_no_output(tmp_path, cli, monkeypatch):
-    import dpconvert.zoo_cards as zc
+    import dpconvert.zoo_cards.markdown as zc
 
     def disk_full(card):
         raise RuntimeError("disk full")

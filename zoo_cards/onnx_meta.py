@@ -46,3 +46,18 @@ def load_onnx(path: str):
         return onnx.load(path)
     except Exception as e:
         raise DpconvertError(f"{path}: not a readable ONNX model ({str(e).splitlines()[0][:160]})") from None
+
+
+def write_model_with_card(path: str, proto, card: PrivacyCard) -> None:
+    """Embed the card and write model, ``.card.json`` and ``.card.md`` all-or-nothing."""
+    from dpconvert.atomic import AtomicOutputs
+
+    from .card import card_paths
+    from .markdown import render_markdown
+
+    embed_card(proto, card)
+    card_json, card_md = card_paths(path)
+    with AtomicOutputs() as outputs:
+        outputs.write(path, proto.SerializeToString())
+        outputs.write(card_json, card.to_json())
+        outputs.write(card_md, render_markdown(card))
