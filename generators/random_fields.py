@@ -5,9 +5,8 @@ Bicubically upsampled low-resolution Gaussian noise f, then either
 * strokes: sigmoid(s·(width − |f − level|)) — thin curves along a level set,
   which close into loops and bends like pen strokes.
 No data set is involved. A teacher labels these far more diversely than white
-noise or an untrained generator (built-in digits teacher, 2000 samples:
-untrained DAFL generator → 1 class; blobs → 1 class at 65 %; blobs + strokes →
-every class present), which gives the distillation somewhere to start.
+noise or an untrained generator, which gives the distillation somewhere to
+start (`benchmarks/prior_histogram.py`; benchmarks/RESULTS.md §2–3).
 It has no parameters and ignores class labels; ``z`` carries all randomness.
 """
 
