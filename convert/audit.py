@@ -186,6 +186,11 @@ def audit_model(path: Path, policy: Policy, run_model: bool = True) -> ModelAudi
     except DpconvertError as e:
         a.add("ε recomputed", False, str(e))
 
+    canary = (card.data.get("audit") or {}).get("canary")
+    if canary:  # an empirical lower bound above the proven upper bound means something is wrong
+        lb = float(canary["epsilon_lower_bound"])
+        a.add("canary bound ≤ ε", lb <= a.epsilon, f"empirical lower bound {lb:.4g}" if lb <= a.epsilon else
+              f"canary audit lower bound {lb:.4g} exceeds the card's ε={a.epsilon:.4g}")
     _apply_policy(a, card.data, policy)
     if run_model and proto is not None:
         _check_runs(a, model_path, card.data["model"]["input_shape"])

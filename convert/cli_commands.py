@@ -129,6 +129,7 @@ def convert(
     rounds: Annotated[int, typer.Option("--rounds", help="Private-kNN: rounds (features refined by the student).")] = 2,
     queries: Queries = None,
     features: Annotated[str, typer.Option("--features", help="Private-kNN: first-round features (hog).")] = "hog",
+    canaries: Annotated[int, typer.Option("--canaries", help="Private-kNN: one-run canary audit with N canaries (empirical ε lower bound on the card).")] = 0,
 ) -> None:
     """Convert TEACHER into a DP student (DPDFD or Private-kNN) with an ONNX export and a privacy card."""
     import shlex
@@ -144,7 +145,7 @@ def convert(
                           releases=steps, batch_size=batch_size, clip=clip, student=student, generator=generator,
                           student_epochs=epochs, seed=seed, device=lo.device, eval_data=eval_data,
                           command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-                          method=method, private_data=private_data, public_data=public_data,
+                          method=method, private_data=private_data, public_data=public_data, canaries=canaries,
                           pknn={"k": k, "sampling_rate": sampling_rate, "sigma1": sigma1, "threshold": threshold, "sigma2": sigma2,
                                 "rounds": rounds, "queries": queries, "features": features, **({"student_epochs": epochs} if epochs else {})})
     reporter = _ProgressReporter(steps)

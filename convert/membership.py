@@ -191,7 +191,9 @@ def record_in_card(model_path: str, results: dict, members: str, non_members: st
     card = _card_of(model_path)
     if card is None or not model_path.endswith(".onnx"):
         raise DpconvertError(f"{model_path}: --write-card needs an ONNX model with a privacy card")
+    kept = {k: v for k, v in (card.data.get("audit") or {}).items() if k == "canary"}  # the conversion's canary audit stays
     card.data["audit"] = {
+        **kept,
         "kind": "empirical membership inference — evidence, not a DP guarantee",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "members": members,

@@ -53,6 +53,7 @@ class ConvertOptions:
     public_data: Optional[str] = None
     pknn: dict = field(default_factory=dict)  # PknnConfig fields
     method_reason: str = ""
+    canaries: int = 0  # Private-kNN: one-run canary audit with this many canaries (convert/canaries.py)
 
 
 @dataclass
@@ -114,6 +115,7 @@ class MethodOutput:
     mechanism: dict
     warnings: list
     rounds: list
+    audit: Optional[dict] = None  # empirical evidence produced during the run (the canary audit)
 
 
 def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
@@ -124,6 +126,8 @@ def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
     out = check_output_path(opts.out)
     method, reason = choose_method(opts)
     opts = replace(opts, method_reason=reason)  # the caller's options stay untouched
+    if opts.canaries and method != "pknn":
+        raise DpconvertError("--canaries audits Private-kNN (it inserts records into the private set); use it with --method pknn --private-data PATH")
     load_options = load_options or LoadOptions(device=opts.device)
     teacher = load_teacher(teacher_source, load_options)
     eval_ds = None
@@ -186,7 +190,7 @@ def _write_outputs(teacher_source, teacher, out: Path, opts: ConvertOptions, r: 
         "mechanism": {**r.mechanism, "method_choice": opts.method_reason},
         "utility": utility,
         "export": {"onnx_checker": "passed (full_check=True)", "parity": par.to_dict(), "onnxruntime_device": "cpu"},
-        "audit": None,
+        "audit": r.audit,
         "warnings": warnings,
     }).validate("generated card")
     write_model_with_card(str(out), proto, card)
@@ -360,9 +364,11 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     rng = torch.Generator().manual_seed(opts.seed + 1)  # subsampling and noise: explicitly seeded, on the card
     train_rng = torch.Generator().manual_seed(opts.seed)
     accountant = PknnAccountant()
-    mech = PknnMechanism(private.y, spec.num_classes, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1, threshold=threshold,
-                         sigma2=plan["sigma2"], accountant=accountant, generator=rng, chunk=cfg.chunk)
     order = torch.randperm(len(public), generator=train_rng)[:total_q]
+    # with --canaries the mechanism sees the canaries as ordinary private records
+    private_x, private_y, canaries = _with_canaries(private, public.x, order, opts, spec.num_classes)
+    mech = PknnMechanism(private_y, spec.num_classes, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1, threshold=threshold,
+                         sigma2=plan["sigma2"], accountant=accountant, generator=rng, chunk=cfg.chunk)
     per_round = order.tensor_split(cfg.rounds)
     phi = FEATURES.get(cfg.features)(spec)
     student_name = opts.student or default_student_name(spec)
@@ -370,7 +376,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     student = None
     for r, idx in enumerate(per_round, 1):
         t0 = time.perf_counter()
-        pfeats = batched_features(phi, private.x)
+        pfeats = batched_features(phi, private_x)
         qx = public.x[idx]
         qfeats = batched_features(phi, qx)
         answered = mech.screen(qfeats, pfeats)
@@ -397,8 +403,19 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     if eps_all["epsilon"] > opts.eps * (1 + 1e-9):
         raise DpconvertError(f"internal error: Private-kNN spent ε={eps_all['epsilon']} > target {opts.eps}; nothing was written")
     asked, answered_total = accountant.count("pknn_screening"), accountant.count("pknn_argmax")
+    audit = None
+    if canaries is not None:
+        from .canaries import audit_scores, canary_scores
+
+        cx, cy, bits = canaries
+        res = audit_scores(canary_scores(student, cx, cy), bits.numpy(), delta=opts.delta)
+        del canaries, bits  # the inclusion bits never leave this function; only the bound does
+        audit = {"kind": "empirical — evidence, not a DP guarantee", "canary": res.to_dict()}
+        if res.epsilon_lower_bound > eps_all["epsilon"]:
+            warnings.append(f"canary audit: empirical ε lower bound {res.epsilon_lower_bound:.3f} exceeds the card's ε "
+                            f"{eps_all['epsilon']:.3f} (expected in ≤ 5 % of runs of a correct mechanism); investigate before release")
     return MethodOutput(
-        student=student, student_name=student_name, probe=public.x[: opts.parity_inputs], rounds=rounds, warnings=warnings,
+        student=student, student_name=student_name, probe=public.x[: opts.parity_inputs], rounds=rounds, warnings=warnings, audit=audit,
         guarantee={
             "epsilon": eps_all["epsilon"], "delta": opts.delta, "scope": "record", "adjacency": ADJACENCY_RECORD,
             "record_level_epsilon": eps_all["epsilon"],
@@ -423,3 +440,21 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
             "public_queries": opts.public_data, "noise_rng": f"torch.Generator (CPU) seeded with {opts.seed + 1}", "config": cfg.to_dict(),
         },
     )
+
+
+def _with_canaries(private, public_x, order, opts: ConvertOptions, num_classes: int):
+    """(x, y, canaries): the private set, plus each canary with probability ½ when ``--canaries`` is given.
+
+    Canaries are extra records: they do not weaken the guarantee of the real ones.
+    """
+    import torch
+
+    if not opts.canaries:
+        return private.x, private.y, None
+    if opts.canaries < 2:
+        raise DpconvertError("--canaries needs at least 2 canaries")
+    from .canaries import inclusion_bits, make_canaries
+
+    cx, cy = make_canaries(public_x, order, opts.canaries, num_classes, torch.Generator().manual_seed(opts.seed + 2))
+    bits = inclusion_bits(opts.canaries)
+    return torch.cat([private.x, cx[bits]]), torch.cat([private.y.long(), cy[bits]]), (cx, cy, bits)

@@ -126,3 +126,54 @@ def test_bad_pknn_inputs(tmp_path, cli, extra, needle):
     code, _, err = cli(*argv)
     assert code == 1 and needle in err, err
     assert not (tmp_path / "s.onnx").exists()
+
+
+# --- canary audit (Steinke, Nasr, Jagielski 2023) -------------------------------------------
+
+def test_canary_bound_closed_form_and_monotone():
+    import math
+
+    from dpconvert.canaries import epsilon_lower_bound, p_value
+
+    # δ = 0 and every guess right: P[Bin(r, q) ≥ r] = q^r = β  ⇒  ε = log(q / (1 − q)), q = β^(1/r)
+    q = 0.05 ** (1 / 100)
+    assert epsilon_lower_bound(1000, 100, 100, 0.0, 0.05) == pytest.approx(math.log(q / (1 - q)), rel=1e-6)
+    assert epsilon_lower_bound(1000, 200, 100, 1e-5) == 0.0  # coin-flip guesses prove nothing
+    bounds = [epsilon_lower_bound(1000, 200, v, 1e-5) for v in (120, 140, 160, 180, 200)]
+    assert bounds == sorted(bounds) and bounds[0] > 0
+    assert p_value(1000, 200, 150, 0.5, 1e-5) > p_value(1000, 200, 150, 0.5, 0.0)  # δ only loosens
+
+
+def test_canary_audit_detects_a_leaky_mechanism():
+    """A mechanism that publishes its inclusion bits plus small noise must be caught (the audit can fail)."""
+    import numpy as np
+
+    from dpconvert.canaries import audit_scores
+
+    rng = np.random.default_rng(0)
+    bits = rng.random(1000) < 0.5
+    leaky = audit_scores(bits + 0.3 * rng.standard_normal(1000), bits, delta=1e-5)
+    assert leaky.epsilon_lower_bound > 2.0
+    blind = audit_scores(rng.standard_normal(1000), bits, delta=1e-5)
+    assert blind.epsilon_lower_bound < 0.5
+
+
+def test_canary_run_bound_below_card_eps(tmp_path, cli):
+    out = tmp_path / "canary.onnx"
+    code, stdout, stderr = cli("builtin:digits", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits",
+                               "--eps", "8", "--delta", "1e-4", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20",
+                               "--epochs", "2", "--rounds", "1", "--canaries", "200", "--out", out)
+    assert code == 0, stderr
+    card = PrivacyCard.read(f"{out}.card.json").data
+    c = card["audit"]["canary"]
+    assert c["canaries"] == 200 and 0 <= c["correct"] <= c["guesses"] <= 200
+    assert "included" not in c  # only the bound leaves the run
+    assert 0 <= c["epsilon_lower_bound"] <= card["guarantee"]["epsilon"]
+    code, _, _ = cli("audit", out)
+    assert code == 0
+
+
+def test_canaries_need_pknn(tmp_path, cli):
+    code, _, stderr = cli("builtin:digits", "--canaries", "10", "--out", tmp_path / "x.onnx")
+    assert code == 1 and "--method pknn" in stderr
+    assert not list(tmp_path.iterdir())

@@ -55,6 +55,11 @@ def render_markdown(card: PrivacyCard) -> str:
             for attack, m in attacks.items():
                 lines.append(f"- {target}, {attack}: AUC {_fmt(m.get('auc'))}, advantage {_fmt(m.get('advantage'))}, "
                              f"TPR@0.1%FPR {_fmt(m.get('tpr_at_0.1%_fpr'))}, TPR@1%FPR {_fmt(m.get('tpr_at_1%_fpr'))}")
+        c = d["audit"].get("canary")
+        if c:
+            lines.append(f"- canary audit ({c['canaries']} canaries, {c['correct']}/{c['guesses']} correct guesses): "
+                         f"empirical ε lower bound {_fmt(c['epsilon_lower_bound'])} at {_fmt(c['confidence'])} confidence "
+                         f"(the guarantee above is an upper bound; this must not exceed it)")
     if d["warnings"]:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in d["warnings"]]
     lines += ["", f"_Written by dpconvert {d['dpconvert_version']} on {d['created']}. Command: `{d.get('command', '')}`_", ""]
