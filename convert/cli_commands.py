@@ -256,6 +256,8 @@ def audit(
     teacher: Annotated[Optional[str], typer.Option("--teacher", help="Membership inference: also attack this teacher, side by side.")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Membership inference: at most this many members and non-members.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Membership inference: write the ROC curves to this PNG.")] = None,
+    reference_models: Annotated[int, typer.Option("--reference-models", help="Membership inference: train N cheap reference students on random halves of members ∪ non-members (LiRA with per-example calibration).")] = 0,
+    reference_epochs: Annotated[int, typer.Option("--reference-epochs", help="Membership inference: epochs per reference student.")] = 3,
     write_card: Annotated[bool, typer.Option("--write-card", help="Membership inference: record the results in each model's card (audit block, labelled empirical).")] = False,
     arch: Arch = None,
     num_classes: NumClasses = None,
@@ -279,7 +281,11 @@ def audit(
     _print_audit(results)
     mia = {}
     if members is not None:
-        mia = _membership(results, members, non_members, teacher, limit, plot, _load_options(arch, num_classes, None, input_size, mean, std, None, False))
+        try:
+            mia = _membership(results, members, non_members, teacher, limit, plot, _load_options(arch, num_classes, None, input_size, mean, std, None, False),
+                              reference_models, reference_epochs)
+        except DpconvertError as e:
+            _exit_usage(str(e))
         if write_card:
             from .membership import record_in_card
 
@@ -297,7 +303,7 @@ def audit(
         raise typer.Exit(1)
 
 
-def _membership(results, members, non_members, teacher, limit, plot, load_options) -> dict:
+def _membership(results, members, non_members, teacher, limit, plot, load_options, reference_models=0, reference_epochs=3) -> dict:
     from rich.table import Table
 
     from .membership import membership_audit, plot_roc
@@ -309,7 +315,9 @@ def _membership(results, members, non_members, teacher, limit, plot, load_option
     for r in results:
         if r.path.endswith(".card.json"):
             continue
-        res = membership_audit(r.path, members, non_members, teacher=teacher, load_options=load_options, limit=limit)
+        res = membership_audit(r.path, members, non_members, teacher=teacher, load_options=load_options, limit=limit,
+                               reference_models=reference_models, reference_epochs=reference_epochs,
+                               on_progress=lambda i, n: out.print(f"reference model {i}/{n} trained"))
         report[r.path] = {target: {a.attack: a.to_dict() for a in attacks} for target, attacks in res.items()}
         for target, attacks in res.items():
             curves[f"{Path(r.path).name}:{target}"] = attacks

@@ -11,12 +11,21 @@ Evidence, not a guarantee. Two attacks on the model's own per-example outputs:
   scored on the other (and vice versa), so the attack is not tuned on the
   examples it is measured on.
 
+With ``--reference-models N`` (Carlini et al. 2022, Alg. 1 with a fixed
+variance): N cheap reference students are trained on random halves of the
+members ∪ non-members pool; for every example the reference models that did
+(IN) and did not (OUT) train on it give per-example means of φ, which calibrate
+for how easy each example is. ``lira_ref_offline`` scores φ − μ_out (one-sided),
+``lira_ref_online`` the Gaussian likelihood ratio of IN vs OUT with one pooled
+global variance.
+
 Metrics: ROC AUC, attack advantage max(TPR − FPR), TPR at 0.1 % and 1 % FPR,
 with percentile bootstrap confidence intervals.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -77,13 +86,70 @@ class AttackResult:
         return {"attack": self.attack, **self.metrics, "ci95": self.ci95}
 
 
+@dataclass
+class ReferenceStats:
+    """Per-example φ statistics of reference models over the pool [members; non-members]."""
+
+    mu_in: np.ndarray
+    mu_out: np.ndarray
+    sd_in: float
+    sd_out: float
+    models: int
+
+    @classmethod
+    def from_phis(cls, phis: np.ndarray, masks: np.ndarray) -> "ReferenceStats":
+        """``phis``/``masks``: (N models, pool). Examples with no IN (or OUT) model fall back to the global mean."""
+        def side(sel):
+            cnt = sel.sum(0)
+            glob = phis[sel].mean()
+            mu = np.where(cnt > 0, (phis * sel).sum(0) / np.maximum(cnt, 1), glob)
+            resid = (phis - mu)[sel]
+            return mu, float(resid.std() + 1e-6)
+
+        (mi, si), (mo, so) = side(masks), side(~masks)
+        return cls(mi, mo, si, so, len(phis))
+
+    def scores(self, phi: np.ndarray) -> dict[str, np.ndarray]:
+        # One pooled variance for IN and OUT: the log likelihood ratio is then linear and increasing in φ where
+        # μ_in > μ_out, so a target more overfit than the cheap references is not scored as a non-member (with two
+        # variances a φ far above both means favours the wider Gaussian).
+        sd = math.sqrt((self.sd_in ** 2 + self.sd_out ** 2) / 2)
+        online = (self.mu_in - self.mu_out) / sd ** 2 * (phi - (self.mu_in + self.mu_out) / 2)
+        return {"lira_ref_offline": (phi - self.mu_out) / self.sd_out, "lira_ref_online": online}
+
+
+def train_reference_models(x, y, spec, n: int, *, epochs: int = 3, seed: int = 0, on_progress: Optional[Callable] = None) -> ReferenceStats:
+    """N reference students, each on an independent random half of the pool (x, y); φ of every pool example."""
+    import torch
+
+    from .private_knn import train_classifier
+    from .students import create_student, default_student_name
+
+    gen = torch.Generator().manual_seed(seed)
+    masks, phis = [], []
+    for i in range(n):
+        torch.manual_seed(seed + 1000 + i)
+        mask = torch.rand(len(x), generator=gen) < 0.5
+        model = create_student(default_student_name(spec), spec)
+        train_classifier(model, x[mask], y[mask], epochs=epochs, lr=2e-3, minibatch=128, generator=gen, flip=False)
+        phis.append(per_example_stats(logits_of(model, x), y.numpy())["phi"])
+        masks.append(mask.numpy())
+        if on_progress:
+            on_progress(i + 1, n)
+    return ReferenceStats.from_phis(np.stack(phis), np.stack(masks))
+
+
 def run_attacks(logits_in: np.ndarray, y_in: np.ndarray, logits_out: np.ndarray, y_out: np.ndarray, *,
-                bootstrap: int = 200, seed: int = 0) -> list[AttackResult]:
+                bootstrap: int = 200, seed: int = 0, reference: Optional[ReferenceStats] = None) -> list[AttackResult]:
+    """``reference`` covers the pool [members; non-members] in this order."""
     from sklearn.metrics import roc_curve
 
     rng = np.random.default_rng(seed)
     st_in, st_out = per_example_stats(logits_in, y_in), per_example_stats(logits_out, y_out)
     scores = {"loss": (-st_in["loss"], -st_out["loss"]), "lira_offline": _lira_scores(st_in["phi"], st_out["phi"], rng)}
+    if reference is not None:
+        for name, sc in reference.scores(np.r_[st_in["phi"], st_out["phi"]]).items():
+            scores[name] = (sc[: len(y_in)], sc[len(y_in):])
     results = []
     for name, (a, b) in scores.items():
         metrics = roc_metrics(a, b)
@@ -137,8 +203,13 @@ def summarize(results: list[AttackResult]) -> Optional[dict]:
 
 
 def membership_audit(model_path: str, members: str, non_members: str, *, teacher: Optional[str] = None, load_options=None,
-                     limit: Optional[int] = None, bootstrap: int = 200, seed: int = 0) -> dict[str, list[AttackResult]]:
-    """Attack the model (and the teacher, when given) on the same members / non-members."""
+                     limit: Optional[int] = None, bootstrap: int = 200, seed: int = 0, reference_models: int = 0,
+                     reference_epochs: int = 3, on_progress: Optional[Callable] = None) -> dict[str, list[AttackResult]]:
+    """Attack the model (and the teacher, when given) on the same members / non-members.
+
+    With ``reference_models`` > 0 the reference students are trained once (on the
+    model's input normalisation) and calibrate the attacks on every target.
+    """
     from dataclasses import replace
 
     from .data import load_data
@@ -153,7 +224,9 @@ def membership_audit(model_path: str, members: str, non_members: str, *, teacher
     targets = {"model": load_teacher(model_path, opts)}
     if teacher:
         targets["teacher"] = load_teacher(teacher, replace(opts, mean=None, std=None) if card is not None else opts)
-    out = {}
+    if reference_models == 1 or reference_models < 0:
+        raise DpconvertError("--reference-models needs at least 2 models (each example must be IN for some and OUT for others)")
+    out, reference = {}, None
     for name, t in targets.items():
         mem = load_data(members, t.spec, require_labels=True)
         non = load_data(non_members, t.spec, require_labels=True)
@@ -161,7 +234,13 @@ def membership_audit(model_path: str, members: str, non_members: str, *, teacher
             mem.x, mem.y, non.x, non.y = mem.x[:limit], mem.y[:limit], non.x[:limit], non.y[:limit]
         if len(mem) < 10 or len(non) < 10:
             raise DpconvertError("membership inference needs at least 10 members and 10 non-members")
-        out[name] = run_attacks(logits_of(t, mem.x), mem.y.numpy(), logits_of(t, non.x), non.y.numpy(), bootstrap=bootstrap, seed=seed)
+        if reference_models and reference is None:
+            import torch
+
+            reference = train_reference_models(torch.cat([mem.x, non.x]), torch.cat([mem.y, non.y]).long(), t.spec, reference_models,
+                                               epochs=reference_epochs, seed=seed, on_progress=on_progress)
+        out[name] = run_attacks(logits_of(t, mem.x), mem.y.numpy(), logits_of(t, non.x), non.y.numpy(), bootstrap=bootstrap,
+                                seed=seed, reference=reference)
     return out
 
 

@@ -101,3 +101,33 @@ def test_write_card_records_empirical_audit(cli, tmp_path):
 
     assert extract_card(onnx.load(str(out))).data == card.data
     assert cli("audit", out)[0] == 0  # hash and copies still agree
+
+
+def test_reference_model_lira_attacks_overfit_model(overfit, cli, tmp_path):
+    d, _, _ = overfit
+    rep = tmp_path / "r.json"
+    code, out, err = cli("audit", d / "overfit.onnx", "--allow-missing", "--members", d / "members.npz",
+                         "--non-members", d / "non_members.npz", "--mean", "0", "--std", "1", "--json", rep,
+                         "--reference-models", "4", "--reference-epochs", "40")
+    assert code == 0, err
+    (model_report,) = json.loads(rep.read_text())["membership_inference"].values()
+    assert model_report["model"]["lira_ref_offline"]["auc"] >= 0.7
+    assert model_report["model"]["lira_ref_online"]["auc"] >= 0.7
+    assert "reference model 4/4" in out
+
+
+def test_reference_stats_fall_back_when_an_example_is_never_out():
+    from dpconvert.membership import ReferenceStats
+
+    phis = np.array([[1.0, 2.0, 3.0], [1.2, 2.2, 3.2]])
+    masks = np.array([[True, False, True], [True, True, False]])
+    st = ReferenceStats.from_phis(phis, masks)
+    assert st.mu_in[0] == pytest.approx(1.1) and st.mu_out[0] == pytest.approx(np.mean([2.0, 3.2]))  # no OUT model: global mean
+    assert st.mu_out[1] == pytest.approx(2.0) and st.mu_out[2] == pytest.approx(3.2)
+
+
+def test_one_reference_model_is_a_usage_error(overfit, cli):
+    d, _, _ = overfit
+    code, _, err = cli("audit", d / "overfit.onnx", "--allow-missing", "--members", d / "members.npz",
+                       "--non-members", d / "non_members.npz", "--mean", "0", "--std", "1", "--reference-models", "1")
+    assert code == 2 and "at least 2" in err
