@@ -120,7 +120,7 @@ def convert(
     as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON at the end instead of the summary table.")] = False,
     method: Annotated[str, typer.Option("--method", help="dpdfd (data-free, query-level), pknn (record-level, needs --private-data) or auto.")] = "auto",
     private_data: Annotated[Optional[str], typer.Option("--private-data", help="Private-kNN: the labelled private training data (any reader).")] = None,
-    public_data: Annotated[Optional[str], typer.Option("--public-data", help="Private-kNN: unlabelled public images to label as queries.")] = None,
+    public_data: Annotated[Optional[str], typer.Option("--public-data", help="Unlabelled public images used as queries (Private-kNN: labelled by the private data; DPDFD: replaces the data-free prior, marked on the card).")] = None,
     k: K = PKNN_DEFAULTS["k"],
     sampling_rate: SamplingRate = PKNN_DEFAULTS["sampling_rate"],
     sigma1: Sigma1 = PKNN_DEFAULTS["sigma1"],

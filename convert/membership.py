@@ -202,6 +202,9 @@ def summarize(results: list[AttackResult]) -> Optional[dict]:
     return {r.attack: r.to_dict() for r in results}
 
 
+_REFERENCE_CACHE: dict = {}
+
+
 def membership_audit(model_path: str, members: str, non_members: str, *, teacher: Optional[str] = None, load_options=None,
                      limit: Optional[int] = None, bootstrap: int = 200, seed: int = 0, reference_models: int = 0,
                      reference_epochs: int = 3, on_progress: Optional[Callable] = None) -> dict[str, list[AttackResult]]:
@@ -237,8 +240,12 @@ def membership_audit(model_path: str, members: str, non_members: str, *, teacher
         if reference_models and reference is None:
             import torch
 
-            reference = train_reference_models(torch.cat([mem.x, non.x]), torch.cat([mem.y, non.y]).long(), t.spec, reference_models,
-                                               epochs=reference_epochs, seed=seed, on_progress=on_progress)
+            # one set of reference students per (data, input spec, settings): a zoo audit trains them once
+            key = (members, non_members, limit, t.spec, reference_models, reference_epochs, seed)
+            if key not in _REFERENCE_CACHE:
+                _REFERENCE_CACHE[key] = train_reference_models(torch.cat([mem.x, non.x]), torch.cat([mem.y, non.y]).long(), t.spec,
+                                                               reference_models, epochs=reference_epochs, seed=seed, on_progress=on_progress)
+            reference = _REFERENCE_CACHE[key]
         out[name] = run_attacks(logits_of(t, mem.x), mem.y.numpy(), logits_of(t, non.x), non.y.numpy(), bootstrap=bootstrap,
                                 seed=seed, reference=reference)
     return out

@@ -232,7 +232,19 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
     torch.manual_seed(opts.seed)
     student_name = opts.student or default_student_name(spec)
     student = create_student(student_name, spec)
-    prior = create_generator("random_fields", spec)
+    if opts.public_data:  # explicit, labelled option: queries from public images instead of the random-field prior
+        from dpconvert.generators.public_images import PublicImageSource
+
+        from .data import load_data
+
+        public = load_data(opts.public_data, spec)
+        if len(public) == 0:
+            raise DpconvertError(f"{opts.public_data}: the public set is empty; give public images or drop --public-data")
+        prior = PublicImageSource(public.x)
+        source = f"public images {opts.public_data} ({len(public)}, unlabelled; shift/flip/mixup augmentation) — not data-free"
+    else:
+        prior = create_generator("random_fields", spec)
+        source = "random-field prior"
     generator = create_generator(opts.generator, spec) if opts.generator else None
     cfg = DpdfdConfig(releases=opts.releases, batch_size=batch_size, sigma=plan["sigma"], clip=opts.clip,
                       prior_pool=opts.prior_pool, student_epochs=epochs, seed=opts.seed,
@@ -260,7 +272,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
             "epsilon": _num(plan["epsilon"]), "delta": opts.delta, "scope": "query", "adjacency": plan["adjacency"],
             "record_level_epsilon": _num(plan["record_level_epsilon"]), "replace_one_epsilon": _num(plan["replace_one_epsilon"]),
             "covers": ["the released student model (weights and graph in this file)", "any later use of the student (post-processing)"],
-            "not_covered": NOT_COVERED,
+            "not_covered": NOT_COVERED + (["the public query images (assumed public; not protected)"] if opts.public_data else []),
         },
         accounting={
             "accountant": accountant.name,
@@ -275,7 +287,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
             "method": "dpdfd",
             "sigma": plan["sigma"], "clip": opts.clip, "batch_size": batch_size, "releases": opts.releases,
             "distill_loss": cfg.distill_loss, "noise_rng": f"torch.Generator (CPU) seeded with {cfg.seed + 1}",
-            "query_source": "random-field prior" + (f" + {opts.generator} generator" if generator is not None else "")
+            "query_source": source + (f" + {opts.generator} generator" if generator is not None else "")
                             + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
             "config": cfg.to_dict(),
         },
