@@ -46,6 +46,7 @@ def main() -> None:
     ap.add_argument("--student")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pseudo-label", type=float, default=0.0)
+    ap.add_argument("--features", default="hog")
     ap.add_argument("--json")
     args = ap.parse_args()
     import sys
@@ -65,7 +66,7 @@ def main() -> None:
             out=Path(d) / "student.onnx", eps=args.eps, delta=args.delta, method="pknn", private_data=f"{DATA}:train",
             public_data=public, eval_data=evaluation, student=args.student, seed=args.seed,
             pknn=dict(k=args.k, sampling_rate=args.sampling_rate, sigma1=args.sigma1, threshold=args.threshold, rounds=args.rounds, queries=args.queries,
-                      student_epochs=args.epochs, pseudo_label=args.pseudo_label)))
+                      student_epochs=args.epochs, pseudo_label=args.pseudo_label, features=args.features)))
         wall = time.perf_counter() - t0
     c = res.card.data
     r = {

@@ -128,7 +128,7 @@ def convert(
     sigma2: Sigma2 = None,
     rounds: Annotated[int, typer.Option("--rounds", help="Private-kNN: rounds (features refined by the student).")] = 2,
     queries: Queries = None,
-    features: Annotated[str, typer.Option("--features", help="Private-kNN: first-round features (hog).")] = "hog",
+    features: Annotated[str, typer.Option("--features", help="Private-kNN: first-round features: hog, or hog_pca (HOG whitened on the public images' principal directions).")] = "hog",
     canaries: Annotated[int, typer.Option("--canaries", help="Private-kNN: one-run canary audit with N canaries (empirical ε lower bound on the card).")] = 0,
 ) -> None:
     """Convert TEACHER into a DP student (DPDFD or Private-kNN) with an ONNX export and a privacy card."""

@@ -48,10 +48,35 @@ def hog(x: torch.Tensor, cell: int = 4, bins: int = 9) -> torch.Tensor:
     return blocks.reshape(n, -1)
 
 
+def _hog_cell(spec) -> int:
+    return 4 if min(spec.height, spec.width) >= 16 else 2
+
+
 @FEATURES.register("hog")
-def hog_features(spec):
-    cell = 4 if min(spec.height, spec.width) >= 16 else 2
+def hog_features(spec, public_x=None):
+    cell = _hog_cell(spec)
     return lambda x: hog(x, cell=cell)
+
+
+@FEATURES.register("hog_pca")
+def hog_pca_features(spec, public_x=None, *, dims: int = 32, whiten: float = 1.0):
+    """HOG projected on the top principal directions of the *public* queries' HOG, whitened, L2-normalised.
+
+    Fitted on the unlabelled public images only (never on private data), so φ
+    stays independent of the private set. Whitening keeps directions with small
+    variance from being drowned by the dominant ones; on Fashion-MNIST it lifts
+    the k=300 vote accuracy on a 10 % subsample from 76 % (HOG) to 83 %
+    (benchmarks/pknn_features.py).
+    """
+    if public_x is None or len(public_x) < 2:
+        raise ValueError("hog_pca needs the public images to fit its projection")
+    cell = _hog_cell(spec)
+    f = batched_features(lambda x: hog(x, cell=cell), public_x)
+    mu = f.mean(0)
+    _, s, vh = torch.linalg.svd(f - mu, full_matrices=False)
+    d = max(1, min(dims, len(s)))
+    proj = vh[:d].T / (s[:d] / s[0]).clamp_min(1e-6).pow(whiten)
+    return lambda x: F.normalize((hog(x, cell=cell) - mu) @ proj, dim=1)
 
 
 def batched_features(phi, x: torch.Tensor, size: int = 2048) -> torch.Tensor:

@@ -382,7 +382,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     mech = PknnMechanism(private_y, spec.num_classes, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1, threshold=threshold,
                          sigma2=plan["sigma2"], accountant=accountant, generator=rng, chunk=cfg.chunk)
     per_round = order.tensor_split(cfg.rounds)
-    phi = FEATURES.get(cfg.features)(spec)
+    phi = FEATURES.get(cfg.features)(spec, public.x)
     student_name = opts.student or default_student_name(spec)
     xs, ys, rounds = [], [], []
     student = None

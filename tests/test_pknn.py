@@ -177,3 +177,19 @@ def test_canaries_need_pknn(tmp_path, cli):
     code, _, stderr = cli("builtin:digits", "--canaries", "10", "--out", tmp_path / "x.onnx")
     assert code == 1 and "--method pknn" in stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_hog_pca_is_fitted_on_public_images_only():
+    from dpconvert.features import FEATURES
+    from dpconvert.spec import InputSpec
+
+    spec = InputSpec(1, 28, 28, 10)
+    g = torch.Generator().manual_seed(0)
+    public = torch.rand(64, 1, 28, 28, generator=g)
+    phi = FEATURES.get("hog_pca")(spec, public, dims=16)
+    f = phi(torch.rand(5, 1, 28, 28, generator=g))
+    assert f.shape == (5, 16) and torch.allclose(f.norm(dim=1), torch.ones(5), atol=1e-5)
+    other = FEATURES.get("hog_pca")(spec, torch.rand(64, 1, 28, 28, generator=g), dims=16)
+    assert not torch.allclose(phi(public[:3]), other(public[:3]))  # the projection comes from the public set given
+    with pytest.raises(ValueError, match="public images"):
+        FEATURES.get("hog_pca")(spec, None)
