@@ -126,3 +126,27 @@ def test_no_noise_card_says_infinite_epsilon(tmp_path, cli):
     assert any("NOT differentially private" in w for w in card.data["warnings"])
     code, out, _ = cli("audit", tmp_path / "s.onnx", "--max-eps", "10")
     assert code == 1 and "policy max ε" in out
+
+
+def test_public_data_query_source_is_on_the_card(tmp_path, cli):
+    out = tmp_path / "pub.onnx"
+    code, _, err = cli("builtin:digits", "--method", "dpdfd", "--public-data", "builtin:digits", *FAST, "--out", out)
+    assert code == 0, err
+    card = json.loads((tmp_path / "pub.onnx.card.json").read_text())
+    assert "public images" in card["mechanism"]["query_source"] and "not data-free" in card["mechanism"]["query_source"]
+    assert any("public query images" in n for n in card["guarantee"]["not_covered"])
+    assert card["guarantee"]["scope"] == "query"
+
+
+def test_public_image_source_is_deterministic_and_augments():
+    import torch
+
+    from dpconvert.generators.public_images import PublicImageSource
+
+    imgs = torch.rand(10, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    src = PublicImageSource(imgs)
+    z = torch.randn(500, src.nz, generator=torch.Generator().manual_seed(1))
+    x = src(z)
+    assert x.shape == (500, 1, 8, 8) and torch.equal(x, src(z))
+    exact = [(x[i] - imgs).flatten(1).abs().amax(1).min() < 1e-6 for i in range(len(x))]
+    assert 0.002 < sum(exact) / len(x) < 0.05  # P(untouched) = 0.7 (no mixup) · 0.5 (no flip) · (1/5)² (no shift) = 0.014
