@@ -15,10 +15,10 @@ from .console import out
 K = Annotated[int, typer.Option("--k", help="Private-kNN: neighbours.")]
 SamplingRate = Annotated[float, typer.Option("--sampling-rate", help="Private-kNN: Poisson sampling rate γ.")]
 Sigma1 = Annotated[float, typer.Option("--sigma1", help="Private-kNN: screening noise σ1.")]
-Threshold = Annotated[Optional[float], typer.Option("--threshold", help="Private-kNN: screening threshold (default 0.6·k).")]
+Threshold = Annotated[Optional[float], typer.Option("--threshold", help="Private-kNN: screening threshold (default 0.5·k).")]
 Sigma2 = Annotated[Optional[float], typer.Option("--sigma2", help="Private-kNN: argmax noise (default: calibrated to --eps).")]
 Queries = Annotated[Optional[int], typer.Option("--queries", help="Private-kNN: queries screened (default: plan 1000; convert all public images).")]
-PKNN_DEFAULTS = {"k": 300, "sampling_rate": 0.1, "sigma1": 100.0}
+PKNN_DEFAULTS = {"k": 300, "sampling_rate": 0.1, "sigma1": 50.0, "threshold_ratio": 0.5}
 
 
 # ------------------------------------------------------------------ plan
@@ -49,7 +49,7 @@ def plan(
         result = plan_dpdfd(eps=eps, delta=delta, steps=steps, batch_size=batch_size, noise_multiplier=noise_multiplier, n=n)
     elif method == "pknn":
         result = plan_pknn(eps=eps, delta=delta, k=k, sampling_rate=sampling_rate, sigma1=sigma1,
-                           threshold=threshold if threshold is not None else 0.6 * k, sigma2=sigma2, num_classes=num_classes,
+                           threshold=threshold if threshold is not None else PKNN_DEFAULTS["threshold_ratio"] * k, sigma2=sigma2, num_classes=num_classes,
                            queries=queries or 1000, answered=(queries or 1000) if answered is None else answered, n=n)
     else:
         raise DpconvertError(f"unknown --method {method!r}; choose dpdfd or pknn")
@@ -128,7 +128,7 @@ def convert(
     sigma2: Sigma2 = None,
     rounds: Annotated[int, typer.Option("--rounds", help="Private-kNN: rounds (features refined by the student).")] = 2,
     queries: Queries = None,
-    features: Annotated[str, typer.Option("--features", help="Private-kNN: first-round features: hog, or hog_pca (HOG whitened on the public images' principal directions).")] = "hog",
+    features: Annotated[str, typer.Option("--features", help="Private-kNN: first-round features: hog, or hog_pca (HOG whitened on the public images' principal directions).")] = "hog_pca",
     canaries: Annotated[int, typer.Option("--canaries", help="Private-kNN: one-run canary audit with N canaries (empirical ε lower bound on the card).")] = 0,
 ) -> None:
     """Convert TEACHER into a DP student (DPDFD or Private-kNN) with an ONNX export and a privacy card."""

@@ -354,7 +354,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         raise DpconvertError(f"--k {cfg.k} is larger than half the expected subsample γ·n/2 = {cfg.sampling_rate * n / 2:.0f}; lower --k or raise --sampling-rate")
     if cfg.rounds < 1:
         raise DpconvertError("--rounds must be >= 1")
-    threshold = cfg.threshold if cfg.threshold is not None else 0.6 * cfg.k
+    threshold = cfg.threshold if cfg.threshold is not None else cfg.threshold_ratio * cfg.k
     total_q = min(cfg.queries or len(public), len(public))
     if total_q < cfg.rounds:
         raise DpconvertError(f"only {total_q} queries for {cfg.rounds} rounds; give more --public-data or fewer --rounds")
