@@ -36,17 +36,18 @@ def main() -> None:
     ap.add_argument("--teacher", default="benchmarks/runs/fmnist_cnn.safetensors")
     ap.add_argument("--eps", type=float, default=1.0)
     ap.add_argument("--delta", type=float, default=1e-5)
-    ap.add_argument("--k", type=int, default=300)
-    ap.add_argument("--sampling-rate", type=float, default=0.1)
-    ap.add_argument("--sigma1", type=float, default=100.0)
+    # unset options take the product's defaults (PknnConfig)
+    ap.add_argument("--k", type=int)
+    ap.add_argument("--sampling-rate", type=float)
+    ap.add_argument("--sigma1", type=float)
     ap.add_argument("--threshold", type=float)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int)
     ap.add_argument("--queries", type=int)
-    ap.add_argument("--epochs", type=int, default=40)
+    ap.add_argument("--epochs", type=int)
     ap.add_argument("--student")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--pseudo-label", type=float, default=0.0)
-    ap.add_argument("--features", default="hog")
+    ap.add_argument("--pseudo-label", type=float)
+    ap.add_argument("--features")
     ap.add_argument("--json")
     args = ap.parse_args()
     import sys
@@ -65,13 +66,15 @@ def main() -> None:
         res = convert(args.teacher, ConvertOptions(
             out=Path(d) / "student.onnx", eps=args.eps, delta=args.delta, method="pknn", private_data=f"{DATA}:train",
             public_data=public, eval_data=evaluation, student=args.student, seed=args.seed,
-            pknn=dict(k=args.k, sampling_rate=args.sampling_rate, sigma1=args.sigma1, threshold=args.threshold, rounds=args.rounds, queries=args.queries,
-                      student_epochs=args.epochs, pseudo_label=args.pseudo_label, features=args.features)))
+            pknn={k: v for k, v in dict(k=args.k, sampling_rate=args.sampling_rate, sigma1=args.sigma1, threshold=args.threshold,
+                                        rounds=args.rounds, queries=args.queries, student_epochs=args.epochs,
+                                        pseudo_label=args.pseudo_label, features=args.features).items() if v is not None}))
         wall = time.perf_counter() - t0
     c = res.card.data
     r = {
         "method": "private-knn", "epsilon": c["guarantee"]["epsilon"], "delta": args.delta, "scope": c["guarantee"]["scope"],
         "accountants": c["accounting"]["epsilons"], **{k: c["mechanism"][k] for k in ("k", "sampling_rate", "sigma1", "threshold", "sigma2", "queries_asked", "queries_answered", "rounds")},
+        "features": c["mechanism"]["config"]["features"],
         "student": c["model"]["architecture"], "student_accuracy": c["utility"]["student_accuracy"], "evaluation_data": c["utility"]["evaluation_data"],
         "rounds_detail": res.rounds, "wall_seconds": round(wall, 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

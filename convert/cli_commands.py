@@ -228,6 +228,10 @@ def _print_summary(result) -> None:
     u = d.get("utility")
     if u:
         rows.append(("accuracy (not DP-covered)", f"teacher {u['teacher_accuracy']:.4f}, student {u['student_accuracy']:.4f}, agreement {u['agreement']:.4f} on {u['evaluation_data']}"))
+    c = (d.get("audit") or {}).get("canary")
+    if c:
+        rows.append(("canary audit (empirical)", f"ε lower bound {c['epsilon_lower_bound']:.3f} at {c['confidence']:.0%} "
+                     f"({c['correct']}/{c['guesses']} correct guesses on {c['canaries']} canaries)"))
     for r in rows:
         t.add_row(*r)
     out.print(t)

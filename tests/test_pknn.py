@@ -164,6 +164,7 @@ def test_canary_run_bound_below_card_eps(tmp_path, cli):
                                "--eps", "8", "--delta", "1e-4", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20",
                                "--epochs", "2", "--rounds", "1", "--canaries", "200", "--out", out)
     assert code == 0, stderr
+    assert "canary audit" in stdout
     card = PrivacyCard.read(f"{out}.card.json").data
     c = card["audit"]["canary"]
     assert c["canaries"] == 200 and 0 <= c["correct"] <= c["guesses"] <= 200
