@@ -148,6 +148,8 @@ def choose_method(opts: ConvertOptions) -> tuple[str, str]:
     if opts.method == "auto":
         if opts.private_data:
             return "pknn", "private data given: record-level Private-kNN"
+        if opts.public_data:
+            return "dpdfd", "no private data: DPDFD (query-level) on augmented public-image queries (not data-free)"
         return "dpdfd", "no private data: data-free DPDFD (query-level)"
     if opts.method not in METHODS:
         raise DpconvertError(METHODS.unknown_message(opts.method))
