@@ -35,7 +35,7 @@ def single(args) -> dict:
             out=Path(d) / "student.onnx", eps=None if eps == float("inf") else eps,
             noise_multiplier=0.0 if eps == float("inf") else None, releases=args.steps, batch_size=args.batch_size,
             student=args.student, generator=args.generator, student_epochs=args.epochs, seed=args.seed,
-            eval_data=args.eval_data, overrides=json.loads(args.overrides or "{}"),
+            eval_data=args.eval_data, overrides=json.loads(args.overrides or "{}"), public_data=args.public_data,
         )
         t0 = time.perf_counter()
         res = convert(args.teacher, opts, LoadOptions(arch=args.arch) if args.arch else None)
@@ -71,6 +71,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--student")
     ap.add_argument("--generator")
+    ap.add_argument("--public-data", help="unlabelled public images as the query source (labelled option, not data-free)")
     ap.add_argument("--overrides", help="JSON dict of other DpdfdConfig fields")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="append results to this JSON list file")
