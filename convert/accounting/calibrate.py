@@ -53,19 +53,21 @@ def dpdfd_max_steps(*, eps: float, delta: float, sigma: float) -> int:
 
 
 def pknn_sigma2(plan: pknn.PknnPlan, *, eps: float, delta: float) -> float:
-    """σ2 (argmax noise) for a Private-kNN query plan, calibrated on the RDP bound.
+    """σ2 (argmax noise) for a Private-kNN query plan: the smallest whose *reported* ε meets the target.
 
-    The PLD bound is reported too (min over valid bounds ≤ the RDP bound ≤ target).
+    The reported ε is the minimum over the valid bounds (Theorem-7 RDP and the
+    Gaussian-screening PLD), so σ2 is calibrated on that minimum; both bounds
+    only fall when fewer queries are answered than planned.
     """
     from dataclasses import replace
 
     _check(eps, delta, 1)
-    floor = pknn.epsilon_rdp(replace(plan, queries_answered=0), delta)
+    floor = pknn.epsilons(replace(plan, queries_answered=0), delta)["epsilon"]
     if floor >= eps:
         raise DpconvertError(
             f"screening alone already costs ε={floor:.3f} ≥ {eps}; raise --sigma1, lower --sampling-rate or ask fewer queries"
         )
-    return smallest_sigma(lambda s2: pknn.epsilon_rdp(replace(plan, sigma2=s2), delta), eps, rel_tol=1e-3)
+    return smallest_sigma(lambda s2: pknn.epsilons(replace(plan, sigma2=s2), delta)["epsilon"], eps, rel_tol=1e-3)
 
 
 def _check(eps: float, delta: float, steps: int) -> None:
