@@ -62,11 +62,8 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float, beta: float = 0.05
 @dataclass
 class CanaryAuditResult:
     canaries: int
-    included: int
-    guesses: int
+    guesses: int  # half "in" (highest scores), half "out" (lowest)
     correct: int
-    guess_in: int
-    guess_out: int
     epsilon_lower_bound: float
     confidence: float
     delta: float
@@ -75,7 +72,7 @@ class CanaryAuditResult:
         return {
             "kind": "one-run canary audit (Steinke, Nasr, Jagielski 2023) — empirical lower bound, not a guarantee",
             "canaries": self.canaries, "guesses": self.guesses, "correct": self.correct,
-            "guess_in": self.guess_in, "guess_out": self.guess_out, "epsilon_lower_bound": self.epsilon_lower_bound,
+            "guess_in": self.guesses // 2, "guess_out": self.guesses // 2, "epsilon_lower_bound": self.epsilon_lower_bound,
             "confidence": self.confidence, "delta": self.delta,
             "guess_sizes_tried": [f"{f:g}·m per side" for f in GUESS_FRACTIONS],
             "score": "student log-probability of the canary label on the canary image",
@@ -95,7 +92,7 @@ def audit_scores(scores: np.ndarray, included: np.ndarray, *, delta: float, beta
         correct = int(included[order[:k]].sum() + (~included[order[m - k:]]).sum())
         eps = epsilon_lower_bound(m, 2 * k, correct, delta, beta / len(GUESS_FRACTIONS))
         if best is None or eps > best.epsilon_lower_bound:
-            best = CanaryAuditResult(m, int(included.sum()), 2 * k, correct, k, k, eps, 1 - beta, delta)
+            best = CanaryAuditResult(m, 2 * k, correct, eps, 1 - beta, delta)
     if best is None:
         raise ValueError(f"need at least 2 canaries, got {m}")
     return best

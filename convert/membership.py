@@ -219,6 +219,8 @@ def membership_audit(model_path: str, members: str, non_members: str, *, teacher
     from .errors import DpconvertError
     from .teachers import LoadOptions, load_teacher
 
+    if reference_models == 1 or reference_models < 0:
+        raise DpconvertError("--reference-models needs at least 2 models (each example must be IN for some and OUT for others)")
     opts = load_options or LoadOptions()
     card = _card_of(model_path)
     if card is not None:  # the card knows the student's input normalisation
@@ -227,8 +229,6 @@ def membership_audit(model_path: str, members: str, non_members: str, *, teacher
     targets = {"model": load_teacher(model_path, opts)}
     if teacher:
         targets["teacher"] = load_teacher(teacher, replace(opts, mean=None, std=None) if card is not None else opts)
-    if reference_models == 1 or reference_models < 0:
-        raise DpconvertError("--reference-models needs at least 2 models (each example must be IN for some and OUT for others)")
     out, reference = {}, None
     for name, t in targets.items():
         mem = load_data(members, t.spec, require_labels=True)
