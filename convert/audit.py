@@ -113,8 +113,9 @@ def recompute(card_data: dict) -> dict[str, float]:
     accountant = ACCOUNTANTS.get(acct["accountant"])().load_state_dict(acct["state"])
     delta = float(card_data["guarantee"]["delta"])
     out = {"epsilon": accountant.epsilon(delta=delta)}
+    if hasattr(accountant, "record_level_epsilon"):
+        out["record_level_epsilon"] = accountant.record_level_epsilon(delta=delta)
     if accountant.name == "dpdfd":
-        out["record_level_epsilon"] = accountant.epsilons(delta=delta, scope="record")["epsilon"]
         _check_dpdfd_mechanism(card_data["mechanism"], accountant)
     return out
 

@@ -54,6 +54,8 @@ class ConvertOptions:
     pknn: dict = field(default_factory=dict)  # PknnConfig fields
     method_reason: str = ""
     canaries: int = 0  # Private-kNN: one-run canary audit with this many canaries (convert/canaries.py)
+    save_generator: Optional[str] = None  # DPDFD: save the learned generator (+ its DPDFD events) for Private-kNN queries
+    query_generator: Optional[str] = None  # Private-kNN: queries from a saved generator FILE or "prior"
 
 
 @dataclass
@@ -94,6 +96,19 @@ def check_output_path(out: Path) -> Path:
     return out
 
 
+def check_generator_path(path: str, out: Path, has_generator: bool) -> None:
+    p = Path(path)
+    if not has_generator:
+        raise DpconvertError("--save-generator needs a learned generator: add --generator dafl (the default prior is data-independent; "
+                             "Private-kNN can use it directly with --query-generator prior)")
+    if p.suffix != ".safetensors":
+        raise DpconvertError(f"--save-generator must end in .safetensors, got {p.name!r}")
+    if not p.parent.exists():
+        raise DpconvertError(f"the folder {p.parent} does not exist; create it or choose another --save-generator path")
+    if p.resolve() == Path(out).resolve():
+        raise DpconvertError("--save-generator and --out must be different files")
+
+
 def plan_for(opts: ConvertOptions, batch_size: int) -> dict:
     from .planning import plan_dpdfd
 
@@ -116,6 +131,7 @@ class MethodOutput:
     warnings: list
     rounds: list
     audit: Optional[dict] = None  # empirical evidence produced during the run (the canary audit)
+    extra_files: dict = field(default_factory=dict)  # path → bytes, written all-or-nothing with the model and card
 
 
 def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
@@ -195,7 +211,7 @@ def _write_outputs(teacher_source, teacher, out: Path, opts: ConvertOptions, r: 
         "audit": r.audit,
         "warnings": warnings,
     }).validate("generated card")
-    write_model_with_card(str(out), proto, card)
+    write_model_with_card(str(out), proto, card, extra=r.extra_files)
     return card
 
 
@@ -248,6 +264,8 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
         prior = create_generator("random_fields", spec)
         source = "random-field prior"
     generator = create_generator(opts.generator, spec) if opts.generator else None
+    if opts.save_generator:
+        check_generator_path(opts.save_generator, opts.out, generator is not None)
     cfg = DpdfdConfig(releases=opts.releases, batch_size=batch_size, sigma=plan["sigma"], clip=opts.clip,
                       prior_pool=opts.prior_pool, student_epochs=epochs, seed=opts.seed,
                       prior_fraction=1.0 if generator is None else 0.5, minibatch=2048, student_lr=2e-3)
@@ -268,8 +286,15 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
         raise DpconvertError(f"internal error: the mechanism spent ε={eps_spent} but the plan said ε={plan['epsilon']}; nothing was written")
     if opts.eps is not None and eps_spent > opts.eps:
         raise DpconvertError(f"internal error: ε spent {eps_spent} exceeds the target {opts.eps}; nothing was written")
+    extra = {}
+    if opts.save_generator:
+        from dpconvert.generators.saved import GeneratorCost, generator_bytes
+
+        cost = GeneratorCost(accountant.state_dict(), "query", teacher.sha256, eps_spent, opts.delta)
+        extra[opts.save_generator] = generator_bytes(generator, opts.generator, spec, cost)
     return MethodOutput(
         student=student, student_name=student_name, probe=job.synthesise(opts.parity_inputs), rounds=rounds, warnings=warnings,
+        extra_files=extra,
         guarantee={
             "epsilon": _num(plan["epsilon"]), "delta": opts.delta, "scope": "query", "adjacency": plan["adjacency"],
             "record_level_epsilon": _num(plan["record_level_epsilon"]), "replace_one_epsilon": _num(plan["replace_one_epsilon"]),
@@ -325,30 +350,26 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     """Private-kNN on public queries: a record-level guarantee (ALGORITHMS.md §3)."""
     import torch
 
-    from .accounting import PknnAccountant, library_versions
+    from .accounting import library_versions
     from .accounting.pknn import ADJACENCY_RECORD
     from .data import load_data
     from .features import FEATURES, batched_features
     from .planning import plan_pknn
-    from .private_knn import PknnConfig, PknnMechanism, confident_pseudo_labels, student_features, train_classifier
+    from .private_knn import PknnConfig, PknnMechanism, confident_pseudo_labels, histogram_targets, student_features, train_classifier
     from .students import create_student, default_student_name
 
     spec = teacher.spec
     if not opts.private_data:
         raise DpconvertError("--method pknn needs the private training data: give --private-data PATH (labelled)")
-    if not opts.public_data:
-        raise DpconvertError("--method pknn needs queries: give --public-data PATH (unlabelled public images); generator queries are not supported yet")
     if opts.eps is None:
         raise DpconvertError("--method pknn needs --eps (σ2 is calibrated to it)")
     try:
         cfg = PknnConfig(**{"seed": opts.seed, **opts.pknn})
     except TypeError as e:
         raise DpconvertError(f"unknown Private-kNN setting ({e})") from None
+    source = pknn_query_source(opts, spec, cfg)
     private = load_data(opts.private_data, spec, require_labels=True)
-    public = load_data(opts.public_data, spec)
     n = len(private)
-    if len(public) == 0:
-        raise DpconvertError(f"{opts.public_data}: the public set is empty; give public images to label")
     present = int(torch.unique(private.y).numel())
     if present != spec.num_classes:
         raise DpconvertError(f"{opts.private_data}: has {present} classes but the teacher has {spec.num_classes}; the private data must cover the teacher's classes")
@@ -357,18 +378,22 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     if cfg.rounds < 1:
         raise DpconvertError("--rounds must be >= 1")
     threshold = cfg.threshold if cfg.threshold is not None else cfg.threshold_ratio * cfg.k
-    total_q = min(cfg.queries or len(public), len(public))
+    total_q = min(cfg.queries or len(source.x), len(source.x))
     if total_q < cfg.rounds:
-        raise DpconvertError(f"only {total_q} queries for {cfg.rounds} rounds; give more --public-data or fewer --rounds")
+        raise DpconvertError(f"only {total_q} queries for {cfg.rounds} rounds; give more queries or fewer --rounds")
     warnings = []
     if opts.delta > 1.0 / n:
         warnings.append(f"δ={opts.delta:g} is larger than 1/n={1.0 / n:.3g} for n={n} private records; consider --delta {10 ** -len(str(n)):g}")
+    accountant, eps_labels, delta_labels = _pknn_budget(source, opts)
     # σ2 is fixed before any private data is touched, calibrated as if every query were answered:
     # the realised ε (answered queries only) can only be smaller.
-    plan = plan_pknn(eps=opts.eps, delta=opts.delta, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1, threshold=threshold,
+    plan = plan_pknn(eps=eps_labels, delta=delta_labels, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1, threshold=threshold,
                      sigma2=cfg.sigma2, num_classes=spec.num_classes, queries=total_q, answered=total_q)
-    if cfg.sigma2 is not None and plan["epsilon"] > opts.eps:
-        raise DpconvertError(f"--sigma2 {cfg.sigma2} gives ε={plan['epsilon']:.3f} > --eps {opts.eps} if every query is answered; raise --sigma2 or ask fewer --queries")
+    if cfg.sigma2 is not None and plan["epsilon"] > eps_labels:
+        raise DpconvertError(f"--sigma2 {cfg.sigma2} gives ε={plan['epsilon']:.3f} > {eps_labels:.3f} if every query is answered; raise --sigma2 or ask fewer --queries")
+    if source.cost is not None:
+        plan["generator_epsilon"], plan["scope"] = opts.eps - eps_labels, "query"
+        plan["epsilon"] = plan["generator_epsilon"] + plan["epsilon"]
     plan["method_choice"] = opts.method_reason
     plan["private_records"] = n
     if on_plan:
@@ -377,8 +402,8 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     torch.manual_seed(opts.seed)
     rng = torch.Generator().manual_seed(opts.seed + 1)  # subsampling and noise: explicitly seeded, on the card
     train_rng = torch.Generator().manual_seed(opts.seed)
-    accountant = PknnAccountant()
-    order = torch.randperm(len(public), generator=train_rng)[:total_q]
+    public = source  # the query images (public images or generator samples: both independent of the private data)
+    order = torch.randperm(len(public.x), generator=train_rng)[:total_q]
     # with --canaries the mechanism sees the canaries as ordinary private records
     private_x, private_y, canaries = _with_canaries(private, public.x, order, opts, spec.num_classes)
     mech = PknnMechanism(private_y, spec.num_classes, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1, threshold=threshold,
@@ -394,9 +419,9 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         qx = public.x[idx]
         qfeats = batched_features(phi, qx)
         answered = mech.screen(qfeats, pfeats)
-        labels = mech.answer(qfeats[answered], pfeats)
+        targets = histogram_targets(mech.noisy_histogram(qfeats[answered], pfeats), cfg, mech.sigma2)
         xs.append(qx[answered])
-        ys.append(labels)
+        ys.append(targets)
         student = create_student(student_name, spec)
         train_classifier(student, torch.cat(xs), torch.cat(ys), epochs=cfg.student_epochs, lr=cfg.student_lr,
                          minibatch=cfg.minibatch, generator=train_rng)
@@ -410,6 +435,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         answered_set = torch.cat(xs)
         px, py = confident_pseudo_labels(student, public.x, cfg.pseudo_label)
         student = create_student(student_name, spec)
+        py = torch.nn.functional.one_hot(py, spec.num_classes).float()
         train_classifier(student, torch.cat([answered_set, px]), torch.cat([torch.cat(ys), py]), epochs=cfg.student_epochs,
                          lr=cfg.student_lr, minibatch=cfg.minibatch, generator=train_rng)
         rounds.append({"kind": "pseudo_label", "added": int(len(px)), "threshold": cfg.pseudo_label})
@@ -428,14 +454,16 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         if res.epsilon_lower_bound > eps_all["epsilon"]:
             warnings.append(f"canary audit: empirical ε lower bound {res.epsilon_lower_bound:.3f} exceeds the card's ε "
                             f"{eps_all['epsilon']:.3f} (expected in ≤ 5 % of runs of a correct mechanism); investigate before release")
+    composed = source.cost is not None
     return MethodOutput(
         student=student, student_name=student_name, probe=public.x[: opts.parity_inputs], rounds=rounds, warnings=warnings, audit=audit,
         guarantee={
-            "epsilon": eps_all["epsilon"], "delta": opts.delta, "scope": "record", "adjacency": ADJACENCY_RECORD,
-            "record_level_epsilon": eps_all["epsilon"],
-            "covers": ["the released student model (weights and graph in this file)", "the DP labels of the public queries",
+            "epsilon": eps_all["epsilon"], "delta": opts.delta, "scope": "query" if composed else "record",
+            "adjacency": ADJACENCY_GENERATOR_PKNN if composed else ADJACENCY_RECORD,
+            "record_level_epsilon": accountant.record_level_epsilon(delta=opts.delta) if composed else eps_all["epsilon"],
+            "covers": ["the released student model (weights and graph in this file)", "the DP labels of the queries",
                        "any later use of the student (post-processing)"],
-            "not_covered": NOT_COVERED + ["the public query set itself (assumed public)"],
+            "not_covered": NOT_COVERED + [source.not_covered],
         },
         accounting={
             "accountant": accountant.name,
@@ -445,15 +473,94 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
             "target_epsilon": opts.eps,
             "state": accountant.state_dict(),
             "note": "screening charged for every query; noisy argmax (independent Poisson subsample) only for answered queries; "
-                    "σ2 calibrated as if every query were answered",
+                    "σ2 calibrated as if every query were answered"
+                    + ("; the query generator's DPDFD events (replayed from its file) composed by basic composition, each part at δ/2" if composed else ""),
         },
         mechanism={
             "method": "private-knn", "k": cfg.k, "sampling_rate": cfg.sampling_rate, "sampling": "Poisson (independent per record, per query, per step)",
             "sigma1": cfg.sigma1, "threshold": threshold, "sigma2": plan["sigma2"], "queries_asked": asked, "queries_answered": answered_total,
             "rounds": cfg.rounds, "features": f"{cfg.features} (round 1), then the previous round's student", "private_records": n,
-            "public_queries": opts.public_data, "noise_rng": f"torch.Generator (CPU) seeded with {opts.seed + 1}", "config": cfg.to_dict(),
+            "public_queries": opts.public_data, "query_source": source.description, "labels": _label_description(cfg),
+            "noise_rng": f"torch.Generator (CPU) seeded with {opts.seed + 1}", "config": cfg.to_dict(),
+            **({"query_generator": source.generator_info} if composed else {}),
         },
     )
+
+
+ADJACENCY_GENERATOR_PKNN = ("add/remove one teacher answer in the query generator's DPDFD run and add/remove one record of the "
+                            "private data set (Private-kNN labels)")
+GENERATOR_QUERIES = 5000  # default number of generator queries when --queries is not given
+
+
+@dataclass
+class QuerySource:
+    """Private-kNN query images and what they cost (``cost`` is None when they are independent of all private data)."""
+
+    x: object
+    description: str
+    not_covered: str
+    cost: Optional[object] = None  # GeneratorCost of a DPDFD-trained generator
+    generator_info: Optional[dict] = None
+
+
+def pknn_query_source(opts: ConvertOptions, spec, cfg) -> QuerySource:
+    """Queries from --public-data, the data-independent prior, or a saved DPDFD generator (--query-generator)."""
+    import torch
+
+    from .data import load_data
+
+    if opts.public_data and opts.query_generator:
+        raise DpconvertError("give one query source: --public-data PATH or --query-generator (FILE or prior), not both")
+    if opts.public_data:
+        public = load_data(opts.public_data, spec)
+        if len(public) == 0:
+            raise DpconvertError(f"{opts.public_data}: the public set is empty; give public images to label")
+        return QuerySource(public.x, f"public images {opts.public_data} ({len(public)}, unlabelled)", "the public query set itself (assumed public)")
+    if not opts.query_generator:
+        raise DpconvertError("--method pknn needs queries: give --public-data PATH (unlabelled public images) or "
+                             "--query-generator FILE (saved with --save-generator) or --query-generator prior")
+    n = cfg.queries or GENERATOR_QUERIES
+    rng = torch.Generator().manual_seed(opts.seed + 3)
+    if opts.query_generator == "prior":  # data-independent: no cost, the record-level guarantee stands alone
+        from dpconvert.generators import create_generator
+        from dpconvert.generators.saved import sample_queries
+
+        prior = create_generator("random_fields", spec)
+        return QuerySource(sample_queries(prior, n, spec.num_classes, rng), f"random-field prior ({n} samples; data-independent)",
+                           "nothing beyond the above: the queries are data-independent")
+    from dpconvert.generators.saved import load_saved_generator, sample_queries
+
+    saved = load_saved_generator(opts.query_generator)
+    if (saved.spec.shape, saved.spec.num_classes) != (spec.shape, spec.num_classes):
+        raise DpconvertError(f"{opts.query_generator}: the generator makes {saved.spec.shape} inputs for {saved.spec.num_classes} classes, "
+                             f"the teacher takes {spec.shape} and {spec.num_classes}; save a generator for this teacher")
+    info = {"file": Path(opts.query_generator).name, "architecture": saved.name, "teacher_sha256": saved.cost.teacher_sha256,
+            "dpdfd_epsilon_at_its_delta": saved.cost.card_epsilon, "its_delta": saved.cost.card_delta, "samples": n}
+    return QuerySource(sample_queries(saved.generator, n, spec.num_classes, rng),
+                       f"DPDFD generator {Path(opts.query_generator).name} ({saved.name}; {n} samples)",
+                       "the teacher beyond the generator's query-level DPDFD guarantee (see record_level_epsilon)",
+                       cost=saved.cost, generator_info=info)
+
+
+def _pknn_budget(source: QuerySource, opts: ConvertOptions):
+    """(accountant, ε for the labels, δ for the labels): the whole budget, or what the generator left of it."""
+    from .accounting import DpdfdAccountant, GeneratorPknnAccountant, PknnAccountant
+
+    if source.cost is None:
+        return PknnAccountant(), opts.eps, opts.delta
+    gen_events = DpdfdAccountant().load_state_dict(source.cost.accountant_state).events
+    accountant = GeneratorPknnAccountant(events=list(gen_events))
+    eps_gen = accountant.parts()[0].epsilon(delta=opts.delta / 2)
+    if eps_gen >= opts.eps:
+        raise DpconvertError(f"the query generator alone costs ε={eps_gen:.3f} at δ/2={opts.delta / 2:g}; raise --eps above it "
+                             "or use --public-data / --query-generator prior")
+    return accountant, opts.eps - eps_gen, opts.delta / 2
+
+
+def _label_description(cfg) -> str:
+    if cfg.labels == "soft":
+        return f"soft: softmax(noisy histogram / ({cfg.label_temperature:g}·σ2)) — post-processing of the released noisy histogram"
+    return "hard: argmax of the noisy histogram (seed 000)"
 
 
 def _with_canaries(private, public_x, order, opts: ConvertOptions, num_classes: int):

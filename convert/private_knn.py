@@ -39,6 +39,10 @@ class PknnConfig:
     minibatch: int = 128
     chunk: int = 256  # queries per distance block (memory bound: chunk × n floats)
     pseudo_label: float = 0.0  # >0: final retrain adding unanswered/unused public images the student labels with this confidence
+    # Student targets from the released noisy vote histogram: "hard" = its argmax (seed 000), "soft" = softmax(h̃ / (t·σ2))
+    # with t = label_temperature. The Gaussian argmax is post-processing of the noisy histogram, so both cost the same ε.
+    labels: str = "soft"
+    label_temperature: float = 1.0
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -77,11 +81,29 @@ class PknnMechanism:
                                sigma1=self.sigma1, threshold=self.threshold, sampling_rate=self.gamma)
         return noisy_max >= self.threshold
 
-    def answer(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
+    def noisy_histogram(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
+        """Votes + N(0, σ2²) on every class: the subsampled Gaussian mechanism the accountant charges.
+
+        The accountant's argmax event is the Gaussian mechanism on the whole histogram (L2 sensitivity √2),
+        so releasing the noisy histogram itself costs exactly what releasing its argmax costs.
+        """
         counts = self.votes(qfeats, pfeats)  # a new, independent subsample (ALGORITHMS.md §3 step 4)
         noisy = counts + torch.randn(counts.shape, generator=self.rng) * self.sigma2
         self.accountant.record("pknn_argmax", count=len(counts), sigma2=self.sigma2, sampling_rate=self.gamma, num_classes=self.num_classes)
-        return noisy.argmax(1)
+        return noisy
+
+    def answer(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
+        """The noisy argmax label (seed 000)."""
+        return self.noisy_histogram(qfeats, pfeats).argmax(1)
+
+
+def histogram_targets(noisy: torch.Tensor, cfg: PknnConfig, sigma2: float) -> torch.Tensor:
+    """Training targets (m, K) from released noisy histograms (post-processing): one-hot argmax or a tempered softmax."""
+    if cfg.labels == "hard":
+        return F.one_hot(noisy.argmax(1), noisy.shape[1]).float()
+    if cfg.labels == "soft":
+        return F.softmax(noisy / (cfg.label_temperature * sigma2), dim=1)
+    raise ValueError(f"unknown Private-kNN label mode {cfg.labels!r} (hard or soft)")
 
 
 def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, lr: float, minibatch: int,
@@ -99,7 +121,7 @@ def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                 xb = torch.where(f.view(-1, 1, 1, 1), xb.flip(3), xb)
             shift = torch.randint(-2, 3, (2,), generator=generator).tolist()
             xb = torch.roll(xb, shifts=shift, dims=(2, 3))
-            loss = F.cross_entropy(student(xb), y[idx])
+            loss = F.cross_entropy(student(xb), y[idx])  # y: class indices or (m, K) target distributions
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

@@ -62,6 +62,26 @@ def test_argmax_noise_matches_sigma2():
     assert m.accountant.events[-1].params["sigma2"] == sigma2
 
 
+def test_noisy_histogram_noise_and_targets():
+    """The released histogram is votes + N(0, σ2²) on every class, one accountant event; targets are post-processing of it."""
+    from dpconvert.private_knn import PknnConfig, histogram_targets
+
+    n, k, sigma2 = 2000, 10, 6.0
+    m = _mech(n=n, k=k, sigma2=sigma2)
+    noisy = m.noisy_histogram(torch.randn(3000, 4), torch.randn(n, 4))
+    resid = noisy - torch.tensor([k] + [0] * 9, dtype=torch.float)  # all labels 0 and ≥ k kept: votes are exactly (k, 0, …)
+    assert resid.mean().abs() < 0.05 and resid.std().item() == pytest.approx(sigma2, rel=0.02)
+    (ev,) = m.accountant.events
+    assert ev.mechanism == "pknn_argmax" and ev.count == 3000 and ev.params["sigma2"] == sigma2
+    hard = histogram_targets(noisy, PknnConfig(labels="hard"), sigma2)
+    soft = histogram_targets(noisy, PknnConfig(labels="soft", label_temperature=1.0), sigma2)
+    assert torch.equal(hard.argmax(1), noisy.argmax(1)) and torch.equal(hard.sum(1), torch.ones(3000))
+    assert torch.equal(soft.argmax(1), noisy.argmax(1)) and torch.allclose(soft.sum(1), torch.ones(3000))
+    assert torch.allclose(soft, torch.softmax(noisy / sigma2, 1))
+    with pytest.raises(ValueError, match="hard or soft"):
+        histogram_targets(noisy, PknnConfig(labels="fuzzy"), sigma2)
+
+
 def test_fewer_kept_than_k_votes_only_real_neighbours():
     m = _mech(n=20, k=50, gamma=0.5)
     counts = m.votes(torch.randn(30, 3), torch.randn(20, 3))

@@ -48,8 +48,8 @@ def load_onnx(path: str):
         raise DpconvertError(f"{path}: not a readable ONNX model ({str(e).splitlines()[0][:160]})") from None
 
 
-def write_model_with_card(path: str, proto, card: PrivacyCard) -> None:
-    """Embed the card and write model, ``.card.json`` and ``.card.md`` all-or-nothing."""
+def write_model_with_card(path: str, proto, card: PrivacyCard, extra: dict | None = None) -> None:
+    """Embed the card and write model, ``.card.json``, ``.card.md`` (and any ``extra`` path → bytes) all-or-nothing."""
     from dpconvert.atomic import AtomicOutputs
 
     from .card import card_paths
@@ -61,3 +61,5 @@ def write_model_with_card(path: str, proto, card: PrivacyCard) -> None:
         outputs.write(path, proto.SerializeToString())
         outputs.write(card_json, card.to_json())
         outputs.write(card_md, render_markdown(card))
+        for extra_path, data in (extra or {}).items():
+            outputs.write(extra_path, data)

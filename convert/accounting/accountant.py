@@ -101,6 +101,10 @@ class DpdfdAccountant(Accountant):
         eps = gaussian.epsilon(delta, self._multiplier(scope)) if self.events else 0.0
         return {"analytic_gaussian": eps, "epsilon": eps}
 
+    def record_level_epsilon(self, *, delta: float) -> float:
+        """Worst case under add/remove of one teacher training record (every answer may change)."""
+        return self.epsilons(delta=delta, scope="record")["epsilon"]
+
     def cross_check(self, *, delta: float, scope: str = "query") -> dict[str, float]:
         """The same composition through dp_accounting's PLD and RDP accountants."""
         import dp_accounting
@@ -177,6 +181,38 @@ class PknnAccountant(Accountant):
         acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-3)
         acc.compose(dp_accounting.ComposedDpEvent(events))
         return float(acc.get_epsilon(float(delta)))
+
+
+@ACCOUNTANTS.register("pknn+dpdfd_generator")
+@dataclass
+class GeneratorPknnAccountant(Accountant):
+    """Private-kNN labels on queries drawn from a DPDFD-trained generator (ALGORITHMS.md §1, §3).
+
+    The generator is post-processing of its DPDFD run's releases, so its cost is
+    that run's events (replayed here from the saved generator); the labels cost
+    the Private-kNN events. The two compose by basic composition, each part at
+    δ/2: ε = ε_DPDFD(δ/2) + ε_PkNN(δ/2), valid for adaptive composition (the
+    queries depend on the generator). Headline scope ``query``: the DPDFD part
+    is only query-level; the record-level figure uses the DPDFD worst case.
+    """
+
+    name: str = "pknn+dpdfd_generator"
+    mechanisms: tuple[str, ...] = DpdfdAccountant.mechanisms + PknnAccountant.mechanisms
+
+    def parts(self) -> tuple[DpdfdAccountant, PknnAccountant]:
+        gen = [e for e in self.events if e.mechanism in DpdfdAccountant.mechanisms]
+        return DpdfdAccountant(events=gen), PknnAccountant(events=[e for e in self.events if e.mechanism in PknnAccountant.mechanisms])
+
+    def epsilons(self, *, delta: float, scope: str = "query") -> dict[str, float]:
+        gen, labels = self.parts()
+        eg = gen.epsilons(delta=delta / 2, scope=scope)["epsilon"]
+        el = labels.epsilons(delta=delta / 2)
+        out = {f"dpdfd_generator_{scope}": eg, **{f"pknn_{k}": v for k, v in el.items() if k != "epsilon"}}
+        out["epsilon"] = eg + el["epsilon"]
+        return out
+
+    def record_level_epsilon(self, *, delta: float) -> float:
+        return self.epsilons(delta=delta, scope="record")["epsilon"]
 
 
 def library_versions() -> dict[str, str]:

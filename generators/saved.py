@@ -1,0 +1,96 @@
+"""A DPDFD query generator saved with ``--save-generator`` and reused as a Private-kNN query source.
+
+The file is safetensors: the generator's weights, plus metadata that say how
+to rebuild it (registry name, input spec) and what producing it cost. A DPDFD
+generator is trained only against the student, i.e. it is post-processing of
+the noisy releases, so its privacy cost is exactly that run's DPDFD accountant
+(query-level; the record-level worst case follows from the same events). The
+events travel with the weights so that a later Private-kNN run can compose
+them into its own card (ALGORITHMS.md §1, §3) and ``audit`` can recompute both.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from dpconvert.errors import DpconvertError
+
+FORMAT = "dpconvert-generator/1"
+
+
+@dataclass
+class GeneratorCost:
+    """What the generator cost: the DPDFD accountant's events and the run's identity."""
+
+    accountant_state: dict  # DpdfdAccountant.state_dict() of the run that trained it
+    scope: str  # "query": the generator saw the teacher only through the DPDFD releases
+    teacher_sha256: str | None
+    card_epsilon: float  # ε of that run at card_delta (informative; recomputed from the events when composed)
+    card_delta: float
+
+
+@dataclass
+class SavedGenerator:
+    generator: torch.nn.Module
+    name: str
+    spec: object  # InputSpec
+    cost: GeneratorCost
+    path: str
+
+
+def generator_bytes(generator: torch.nn.Module, name: str, spec, cost: GeneratorCost) -> bytes:
+    from safetensors.torch import save
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in generator.state_dict().items()}
+    meta = {
+        "format": FORMAT,
+        "generator": name,
+        "nz": str(generator.nz),
+        "conditional": str(bool(generator.num_classes)),
+        "spec": json.dumps({"channels": spec.channels, "height": spec.height, "width": spec.width, "num_classes": spec.num_classes,
+                            "mean": list(spec.mean), "std": list(spec.std)}),
+        "cost": json.dumps(asdict(cost)),
+    }
+    return save(tensors, metadata=meta)
+
+
+def load_saved_generator(path: str | Path) -> SavedGenerator:
+    from safetensors import SafetensorError, safe_open
+
+    from dpconvert.spec import InputSpec
+
+    from . import create_generator
+
+    path = Path(path)
+    if not path.is_file():
+        raise DpconvertError(f"{path}: no such generator file; save one with `dpconvert … --generator dafl --save-generator {path.name}`")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise DpconvertError(f"{path}: not a safetensors generator file ({str(e).splitlines()[0]})") from None
+    if meta.get("format") != FORMAT:
+        raise DpconvertError(f"{path}: not a dpconvert generator (format {meta.get('format')!r}, expected {FORMAT!r}); save it with --save-generator")
+    try:
+        spec = InputSpec(**json.loads(meta["spec"]))
+        cost = GeneratorCost(**json.loads(meta["cost"]))
+        gen = create_generator(meta["generator"], spec, nz=int(meta["nz"]), conditional=meta["conditional"] == "True")
+        gen.load_state_dict(tensors)
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise DpconvertError(f"{path}: corrupt generator metadata or weights ({str(e).splitlines()[0][:160]})") from None
+    return SavedGenerator(gen.eval(), meta["generator"], spec, cost, str(path))
+
+
+@torch.no_grad()
+def sample_queries(generator: torch.nn.Module, n: int, num_classes: int, rng: torch.Generator, batch: int = 1024) -> torch.Tensor:
+    """n inputs G(z, c): z ~ N(0, I), class labels c balanced (chosen by us, public)."""
+    z = torch.randn(n, generator.nz, generator=rng)
+    labels = (torch.arange(n) % num_classes)[torch.randperm(n, generator=rng)]
+    cond = bool(getattr(generator, "num_classes", None))
+    generator.eval()
+    return torch.cat([generator(zc, lc if cond else None) for zc, lc in zip(z.split(batch), labels.split(batch))])

@@ -1,0 +1,95 @@
+"""Private-kNN on generator queries: a saved DPDFD generator's cost is composed into the card; the prior costs nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from dpconvert.accounting import DpdfdAccountant, PknnAccountant
+from dpconvert.audit import recompute
+
+DPDFD_FAST = ["--steps", "2", "--batch-size", "1500", "--epochs", "1", "--generator", "dafl_small"]
+PKNN_FAST = ["--private-data", "builtin:digits:train", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "2",
+             "--queries", "300", "--delta", "1e-4"]
+
+
+@pytest.fixture(scope="module")
+def saved_generator(tmp_path_factory):
+    from conftest import main_exit_code
+
+    d = tmp_path_factory.mktemp("gen")
+    gen = d / "gen.safetensors"
+    assert main_exit_code(["builtin:digits", "--eps", "2", "--delta", "1e-4", *DPDFD_FAST, "--save-generator", gen, "--out", d / "dpdfd.onnx"]) == 0
+    return gen, json.loads((d / "dpdfd.onnx.card.json").read_text())
+
+
+def test_saved_generator_carries_its_dpdfd_events(saved_generator):
+    from dpconvert.generators.saved import load_saved_generator
+
+    gen, card = saved_generator
+    saved = load_saved_generator(gen)
+    assert saved.name == "dafl_small" and saved.spec.shape == (1, 8, 8) and saved.spec.num_classes == 10
+    assert saved.cost.accountant_state == card["accounting"]["state"]
+    assert saved.cost.teacher_sha256 == card["teacher"]["sha256"]
+    assert saved.cost.card_epsilon == pytest.approx(card["guarantee"]["epsilon"])
+    x = saved.generator(torch.randn(4, saved.generator.nz), torch.arange(4))
+    assert x.shape == (4, 1, 8, 8) and torch.isfinite(x).all()
+
+
+def test_pknn_on_generator_queries_composes_the_generator_cost(saved_generator, tmp_path, cli):
+    gen, gen_card = saved_generator
+    out = tmp_path / "s.onnx"
+    code, _, err = cli("builtin:digits", "--method", "pknn", "--query-generator", gen, "--eps", "8", *PKNN_FAST, "--out", out)
+    assert code == 0, err
+    card = json.loads((tmp_path / "s.onnx.card.json").read_text())
+    g = card["guarantee"]
+    assert g["scope"] == "query" and "teacher answer" in g["adjacency"] and g["epsilon"] <= 8
+    # ε = ε_DPDFD(δ/2) + ε_PkNN(δ/2), each recomputed independently from its own events
+    gen_part = DpdfdAccountant().load_state_dict(gen_card["accounting"]["state"])
+    events = card["accounting"]["state"]["events"]
+    labels = PknnAccountant().load_state_dict({"accountant": "pknn", "events": [e for e in events if e["mechanism"].startswith("pknn")]})
+    expected = gen_part.epsilon(delta=5e-5) + labels.epsilon(delta=5e-5)
+    assert g["epsilon"] == pytest.approx(expected, rel=1e-9)
+    assert gen_part.epsilon(delta=5e-5) > gen_card["guarantee"]["epsilon"]  # half the δ costs more ε: not a copy of the old card
+    assert g["record_level_epsilon"] == pytest.approx(gen_part.record_level_epsilon(delta=5e-5) + labels.epsilon(delta=5e-5), rel=1e-9)
+    assert recompute(card)["epsilon"] == pytest.approx(g["epsilon"], rel=1e-9)
+    assert card["mechanism"]["query_generator"]["file"] == "gen.safetensors"
+    code, outp, _ = cli("audit", out, "--max-eps", "8")
+    assert code == 0, outp
+    code, outp, _ = cli("audit", out, "--require-scope", "record")
+    assert code == 1 and "policy scope" in outp
+
+
+def test_pknn_on_prior_queries_is_record_level(tmp_path, cli):
+    out = tmp_path / "p.onnx"
+    code, _, err = cli("builtin:digits", "--method", "pknn", "--query-generator", "prior", "--eps", "4", *PKNN_FAST, "--out", out)
+    assert code == 0, err
+    card = json.loads((tmp_path / "p.onnx.card.json").read_text())
+    assert card["guarantee"]["scope"] == "record" and card["accounting"]["accountant"] == "pknn"
+    assert card["mechanism"]["queries_asked"] == 300 and "data-independent" in card["mechanism"]["query_source"]
+    code, outp, _ = cli("audit", out, "--require-scope", "record", "--max-eps", "4")
+    assert code == 0, outp
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--eps", "1", "--save-generator", "{d}/g.safetensors", "--steps", "1", "--batch-size", "500"], "needs a learned generator"),
+    (["--eps", "1", "--generator", "dafl_small", "--save-generator", "{d}/g.pt"], "must end in .safetensors"),
+    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--public-data", "builtin:digits", "--query-generator", "prior"], "give one query source"),
+    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "{d}/missing.safetensors"], "no such generator file"),
+    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "{d}/junk.safetensors"], "not a safetensors generator"),
+])
+def test_bad_generator_inputs(tmp_path, cli, args, needle):
+    (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")
+    out = tmp_path / "s.onnx"
+    code, _, err = cli("builtin:digits", *[a.format(d=tmp_path) for a in args], "--out", out)
+    assert code == 1 and needle in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk.safetensors"]  # nothing written
+
+
+def test_generator_costing_more_than_eps_is_refused(saved_generator, tmp_path, cli):
+    gen, _ = saved_generator
+    code, _, err = cli("builtin:digits", "--method", "pknn", "--query-generator", gen, "--eps", "1", *PKNN_FAST, "--out", tmp_path / "s.onnx")
+    assert code == 1 and "the query generator alone costs" in err
+    assert list(tmp_path.iterdir()) == []
