@@ -367,6 +367,8 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         cfg = PknnConfig(**{"seed": opts.seed, **opts.pknn})
     except TypeError as e:
         raise DpconvertError(f"unknown Private-kNN setting ({e})") from None
+    if cfg.labels not in ("hard", "soft") or cfg.label_temperature <= 0:
+        raise DpconvertError(f"--labels must be soft or hard (got {cfg.labels!r}) and the label temperature > 0")
     source = pknn_query_source(opts, spec, cfg)
     private = load_data(opts.private_data, spec, require_labels=True)
     n = len(private)
@@ -391,9 +393,10 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
                      sigma2=cfg.sigma2, num_classes=spec.num_classes, queries=total_q, answered=total_q)
     if cfg.sigma2 is not None and plan["epsilon"] > eps_labels:
         raise DpconvertError(f"--sigma2 {cfg.sigma2} gives ε={plan['epsilon']:.3f} > {eps_labels:.3f} if every query is answered; raise --sigma2 or ask fewer --queries")
-    if source.cost is not None:
-        plan["generator_epsilon"], plan["scope"] = opts.eps - eps_labels, "query"
-        plan["epsilon"] = plan["generator_epsilon"] + plan["epsilon"]
+    if source.cost is not None:  # the plan table shows both parts of the composition
+        eps_gen = opts.eps - eps_labels
+        plan["accountants"] = {"query generator, DPDFD at δ/2": eps_gen, **{f"labels, {k} at δ/2": v for k, v in plan["accountants"].items()}}
+        plan.update(epsilon=eps_gen + plan["epsilon"], scope="query", adjacency=ADJACENCY_GENERATOR_PKNN, delta=opts.delta)
     plan["method_choice"] = opts.method_reason
     plan["private_records"] = n
     if on_plan:
