@@ -130,6 +130,7 @@ def convert(
     queries: Queries = None,
     features: Annotated[str, typer.Option("--features", help="Private-kNN: first-round features: hog, or hog_pca (HOG whitened on the public images' principal directions).")] = "hog_pca",
     canaries: Annotated[int, typer.Option("--canaries", help="Private-kNN: one-run canary audit with N canaries (empirical ε lower bound on the card).")] = 0,
+    knn: Annotated[str, typer.Option("--knn", help="Private-kNN search: exact (torch), faiss (optional extra, for ≥1M records) or auto.")] = "auto",
     labels: Annotated[str, typer.Option("--labels", help="Private-kNN: student targets from the released noisy vote histogram: soft (tempered softmax) or hard (argmax). Same ε.")] = "soft",
     save_generator: Annotated[Optional[str], typer.Option("--save-generator", help="DPDFD: also save the learned generator (with --generator) and its DPDFD cost to FILE.safetensors.")] = None,
     query_generator: Annotated[Optional[str], typer.Option("--query-generator", help="Private-kNN: queries from a generator FILE saved with --save-generator (its cost is composed in) or 'prior' (data-independent).")] = None,
@@ -151,7 +152,7 @@ def convert(
                           method=method, private_data=private_data, public_data=public_data, canaries=canaries,
                           save_generator=save_generator, query_generator=query_generator,
                           pknn={"k": k, "sampling_rate": sampling_rate, "sigma1": sigma1, "threshold": threshold, "sigma2": sigma2,
-                                "rounds": rounds, "queries": queries, "features": features, "labels": labels, **({"student_epochs": epochs} if epochs else {})})
+                                "rounds": rounds, "queries": queries, "features": features, "labels": labels, "knn": knn, **({"student_epochs": epochs} if epochs else {})})
     reporter = _ProgressReporter(steps)
     try:
         result = run_convert(teacher, opts, lo, on_plan=reporter.plan, on_progress=reporter.tick)

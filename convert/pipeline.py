@@ -355,7 +355,8 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     from .data import load_data
     from .features import FEATURES, batched_features
     from .planning import plan_pknn
-    from .private_knn import PknnConfig, PknnMechanism, confident_pseudo_labels, histogram_targets, student_features, train_classifier
+    from .private_knn import (PknnConfig, PknnMechanism, confident_pseudo_labels, histogram_targets, resolve_knn, student_features,
+                              train_classifier)
     from .students import create_student, default_student_name
 
     spec = teacher.spec
@@ -380,6 +381,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     if cfg.rounds < 1:
         raise DpconvertError("--rounds must be >= 1")
     threshold = cfg.threshold if cfg.threshold is not None else cfg.threshold_ratio * cfg.k
+    knn = resolve_knn(cfg.knn, n)
     total_q = min(cfg.queries or len(source.x), len(source.x))
     if total_q < cfg.rounds:
         raise DpconvertError(f"only {total_q} queries for {cfg.rounds} rounds; give more queries or fewer --rounds")
@@ -410,7 +412,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     # with --canaries the mechanism sees the canaries as ordinary private records
     private_x, private_y, canaries = _with_canaries(private, public.x, order, opts, spec.num_classes)
     mech = PknnMechanism(private_y, spec.num_classes, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1, threshold=threshold,
-                         sigma2=plan["sigma2"], accountant=accountant, generator=rng, chunk=cfg.chunk)
+                         sigma2=plan["sigma2"], accountant=accountant, generator=rng, chunk=cfg.chunk, knn=knn)
     per_round = order.tensor_split(cfg.rounds)
     phi = FEATURES.get(cfg.features)(spec, public.x)
     student_name = opts.student or default_student_name(spec)
@@ -483,7 +485,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
             "method": "private-knn", "k": cfg.k, "sampling_rate": cfg.sampling_rate, "sampling": "Poisson (independent per record, per query, per step)",
             "sigma1": cfg.sigma1, "threshold": threshold, "sigma2": plan["sigma2"], "queries_asked": asked, "queries_answered": answered_total,
             "rounds": cfg.rounds, "features": f"{cfg.features} (round 1), then the previous round's student", "private_records": n,
-            "public_queries": opts.public_data, "query_source": source.description, "labels": _label_description(cfg),
+            "knn_search": KNN_SEARCH[knn], "public_queries": opts.public_data, "query_source": source.description, "labels": _label_description(cfg),
             "noise_rng": f"torch.Generator (CPU) seeded with {opts.seed + 1}", "config": cfg.to_dict(),
             **({"query_generator": source.generator_info} if composed else {}),
         },
@@ -492,6 +494,8 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
 
 ADJACENCY_GENERATOR_PKNN = ("add/remove one teacher answer in the query generator's DPDFD run and add/remove one record of the "
                             "private data set (Private-kNN labels)")
+KNN_SEARCH = {"exact": "exact (torch cdist over every record, full per-query Poisson mask)",
+              "faiss": "exact (faiss IndexFlatL2, oversampled candidates with lazily drawn Poisson bits, full-mask fallback)"}
 GENERATOR_QUERIES = 5000  # default number of generator queries when --queries is not given
 
 

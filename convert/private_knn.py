@@ -38,6 +38,7 @@ class PknnConfig:
     student_lr: float = 2e-3
     minibatch: int = 128
     chunk: int = 256  # queries per distance block (memory bound: chunk × n floats)
+    knn: str = "auto"  # "exact" (torch, full Poisson mask), "faiss" (oversampled exact search, optional extra), "auto"
     pseudo_label: float = 0.0  # >0: final retrain adding unanswered/unused public images the student labels with this confidence
     # Student targets from the released noisy vote histogram: "hard" = its argmax (seed 000), "soft" = softmax(h̃ / (t·σ2))
     # with t = label_temperature. The Gaussian argmax is post-processing of the noisy histogram, so both cost the same ε.
@@ -49,30 +50,115 @@ class PknnConfig:
         return asdict(self)
 
 
+FAISS_MIN_RECORDS = 1_000_000  # --knn auto uses faiss (when installed) from this private-set size on
+
+
+def resolve_knn(name: str, n: int) -> str:
+    from .errors import DpconvertError
+
+    if name not in ("auto", "exact", "faiss"):
+        raise DpconvertError(f"--knn must be auto, exact or faiss, got {name!r}")
+    have_faiss = _faiss_available()
+    if name == "faiss" and not have_faiss:
+        raise DpconvertError("--knn faiss needs the optional extra: pip install 'dpconvert[faiss]' (or faiss-cpu)")
+    if name == "auto":
+        return "faiss" if n >= FAISS_MIN_RECORDS and have_faiss else "exact"
+    return name
+
+
+def _faiss_available() -> bool:
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 class PknnMechanism:
     mechanisms = ("pknn_screening", "pknn_argmax")
 
     def __init__(self, private_labels: torch.Tensor, num_classes: int, *, k: int, sampling_rate: float, sigma1: float,
-                 threshold: float, sigma2: float, accountant: PknnAccountant, generator: torch.Generator, chunk: int = 256) -> None:
+                 threshold: float, sigma2: float, accountant: PknnAccountant, generator: torch.Generator, chunk: int = 256,
+                 knn: str = "exact", oversample: float = 2.0) -> None:
         self.labels, self.num_classes = private_labels.long(), num_classes
         self.k, self.gamma, self.sigma1, self.threshold, self.sigma2 = int(k), float(sampling_rate), float(sigma1), float(threshold), float(sigma2)
         self.accountant, self.rng, self.chunk = accountant, generator, chunk
+        self.knn, self.oversample = knn, oversample
+        self._index = None  # faiss index over the private features (built on first use, per feature matrix)
 
     def poisson_mask(self, rows: int, n: int) -> torch.Tensor:
         """Independent Bernoulli(γ) per (query, record): one Poisson subsample per query."""
         return torch.rand(rows, n, generator=self.rng) < self.gamma
 
     def votes(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
-        """Vote histogram (m, K) of the k nearest *kept* records, a fresh subsample per query (exact kNN)."""
+        """Vote histogram (m, K) of the k nearest *kept* records, a fresh Poisson subsample per query."""
+        if self.knn == "faiss":
+            return self._votes_oversampled(qfeats, pfeats)
         out = []
         for q in qfeats.split(self.chunk):
             d = torch.cdist(q, pfeats)
             d.masked_fill_(~self.poisson_mask(*d.shape), float("inf"))
             dist, idx = d.topk(min(self.k, d.shape[1]), dim=1, largest=False)
             valid = torch.isfinite(dist)  # fewer than k kept records: only real neighbours vote
-            onehot = F.one_hot(self.labels[idx], self.num_classes) * valid.unsqueeze(-1)
-            out.append(onehot.sum(1).float())
+            out.append(self._histogram(idx, valid))
         return torch.cat(out)
+
+    def _histogram(self, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        onehot = F.one_hot(self.labels[idx], self.num_classes) * valid.unsqueeze(-1)
+        return onehot.sum(1).float()
+
+    def _votes_oversampled(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
+        """Exact kNN under a Poisson mask without drawing n bits per query (large private sets).
+
+        Why this is the same mechanism: the k nearest *kept* records depend only on
+        the inclusion bits of the records nearer than the k-th kept one. An exact
+        index (faiss ``IndexFlatL2``) returns each query's m = ⌈oversample·k/γ⌉
+        nearest records in distance order; their bits are drawn i.i.d. Bernoulli(γ)
+        here, and the bits of every farther record cannot change the result as long
+        as at least k candidates are kept. Since the bits are independent of the
+        distances, drawing them lazily in distance order has the same joint
+        distribution as drawing all n up front. A query with fewer than k kept
+        candidates falls back to the full mask, reusing the bits already drawn for
+        its candidates and drawing fresh ones for everyone else, so the output stays
+        exact. Every call draws new bits: screening and argmax still see independent
+        subsamples.
+        """
+        import math
+
+        n = len(pfeats)
+        m = min(n, math.ceil(self.oversample * self.k / self.gamma))
+        index = self._faiss_index(pfeats)
+        out = []
+        for q in qfeats.split(self.chunk):
+            _, cand = index.search(q.contiguous().numpy().astype("float32"), m)
+            cand = torch.from_numpy(cand).long()
+            kept = torch.rand(cand.shape, generator=self.rng) < self.gamma
+            enough = kept.sum(1) >= min(self.k, n)
+            # first k kept candidates, in distance order: stable sort puts kept ones first without reordering them
+            order = torch.sort((~kept).to(torch.uint8), dim=1, stable=True).indices[:, : self.k]
+            idx = cand.gather(1, order)
+            valid = kept.gather(1, order)
+            hist = self._histogram(idx, valid)
+            for i in (~enough).nonzero().flatten().tolist():
+                hist[i] = self._votes_fallback(q[i], pfeats, cand[i], kept[i])
+            out.append(hist)
+        return torch.cat(out)
+
+    def _votes_fallback(self, q: torch.Tensor, pfeats: torch.Tensor, cand: torch.Tensor, cand_kept: torch.Tensor) -> torch.Tensor:
+        mask = self.poisson_mask(1, len(pfeats))[0]
+        mask[cand] = cand_kept  # the bits already drawn stay as drawn
+        d = torch.cdist(q[None], pfeats)[0].masked_fill(~mask, float("inf"))
+        dist, idx = d.topk(min(self.k, len(d)), largest=False)
+        return self._histogram(idx[None], torch.isfinite(dist)[None])[0]
+
+    def _faiss_index(self, pfeats: torch.Tensor):
+        import faiss
+
+        if self._index is None or self._index[0] is not pfeats:
+            index = faiss.IndexFlatL2(pfeats.shape[1])  # exact L2 search (no approximation)
+            index.add(pfeats.contiguous().numpy().astype("float32"))
+            self._index = (pfeats, index)
+        return self._index[1]
 
     def screen(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
         counts = self.votes(qfeats, pfeats)

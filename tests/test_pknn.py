@@ -214,3 +214,49 @@ def test_hog_pca_is_fitted_on_public_images_only():
     assert not torch.allclose(phi(public[:3]), other(public[:3]))  # the projection comes from the public set given
     with pytest.raises(ValueError, match="public images"):
         FEATURES.get("hog_pca")(spec, None)
+
+
+
+
+@pytest.mark.parametrize("oversample", [2.0, 0.3])  # 0.3: too few candidates → the full-mask fallback runs for most queries
+def test_faiss_search_is_exact_when_everything_is_kept(oversample):
+    pytest.importorskip("faiss")
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 10, (3000,), generator=g)
+    pfeats, q = torch.randn(3000, 6, generator=g), torch.randn(200, 6, generator=g)
+    exact = _mech(n=3000, k=25, gamma=1.0, labels=labels).votes(q, pfeats)
+    m = _mech(n=3000, k=25, gamma=1.0, labels=labels)
+    m.knn, m.oversample = "faiss", oversample
+    assert torch.equal(m.votes(q, pfeats), exact)
+
+
+def test_faiss_search_has_the_poisson_distribution():
+    """Under γ < 1 the oversampled search (lazy bits + fallback) gives the same vote distribution as the full mask."""
+    pytest.importorskip("faiss")
+    g = torch.Generator().manual_seed(1)
+    n, k, gamma = 2000, 20, 0.2
+    labels = torch.randint(0, 10, (n,), generator=g)
+    pfeats = torch.randn(n, 5, generator=g)
+    q = torch.randn(1, 5, generator=g).repeat(3000, 1)  # one query, many independent subsamples
+    exact = _mech(n=n, k=k, gamma=gamma, labels=labels, seed=2).votes(q, pfeats)
+    for oversample in (2.0, 1.0):  # 1.0: about half the queries need the fallback
+        m = _mech(n=n, k=k, gamma=gamma, labels=labels, seed=3)
+        m.knn, m.oversample = "faiss", oversample
+        fast = m.votes(q, pfeats)
+        assert (fast.sum(1) == k).all()
+        se = (exact.var(0) / len(q) + fast.var(0) / len(q)).sqrt() + 1e-9
+        assert ((exact.mean(0) - fast.mean(0)).abs() / se).max() < 4.5  # per-class mean votes agree
+
+
+def test_knn_choice():
+    from dpconvert.errors import DpconvertError
+    from dpconvert.private_knn import FAISS_MIN_RECORDS, resolve_knn
+
+    assert resolve_knn("auto", 60_000) == "exact" and resolve_knn("exact", FAISS_MIN_RECORDS) == "exact"
+    with pytest.raises(DpconvertError, match="auto, exact or faiss"):
+        resolve_knn("annoy", 10)
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return
+    assert resolve_knn("auto", FAISS_MIN_RECORDS) == "faiss"
