@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from .cli import app
-from .console import out
+from .console import err, out
 
 
 # Private-kNN options shared by `plan --method pknn` and `convert --method pknn`.
@@ -59,8 +59,10 @@ def plan(
     print_plan(result)
 
 
-def print_plan(result: dict) -> None:
+def print_plan(result: dict, console=None) -> None:
     from rich.table import Table
+
+    console = console or out
 
     table = Table(title=f"privacy plan ({result['method']}, scope {result['scope']}, δ={result['delta']:g})")
     table.add_column("quantity")
@@ -81,10 +83,10 @@ def print_plan(result: dict) -> None:
         rows.append(("ε, record-level worst case", f"{result['record_level_epsilon']:.4f}"))
     for r in rows:
         table.add_row(*r)
-    out.print(table)
-    out.print(f"adjacency: {result['adjacency']}")
+    console.print(table)
+    console.print(f"adjacency: {result['adjacency']}")
     if result.get("method_choice"):
-        out.print(f"method {result['method']}: {result['method_choice']}")
+        console.print(f"method {result['method']}: {result['method_choice']}")
 
 
 # ------------------------------------------------------------------ convert (the main job)
@@ -153,7 +155,7 @@ def convert(
                           save_generator=save_generator, query_generator=query_generator,
                           pknn={"k": k, "sampling_rate": sampling_rate, "sigma1": sigma1, "threshold": threshold, "sigma2": sigma2,
                                 "rounds": rounds, "queries": queries, "features": features, "labels": labels, "knn": knn, **({"student_epochs": epochs} if epochs else {})})
-    reporter = _ProgressReporter(steps)
+    reporter = _ProgressReporter(steps, err if as_json else out)
     try:
         result = run_convert(teacher, opts, lo, on_plan=reporter.plan, on_progress=reporter.tick)
     finally:
@@ -167,8 +169,9 @@ def convert(
 class _ProgressReporter:
     """Rich progress bar on a TTY, one plain line per unit of work otherwise."""
 
-    def __init__(self, releases: int) -> None:
+    def __init__(self, releases: int, console=None) -> None:
         self.releases = releases
+        self.console = console or out  # stderr under --json, so stdout carries the card only
         self.total = None
         self.progress = None
         self.task = None
@@ -179,7 +182,7 @@ class _ProgressReporter:
         from .cli_commands import print_plan
         from .console import is_tty
 
-        print_plan(plan)
+        print_plan(plan, self.console)
         if plan["method"] != "dpdfd":
             return  # Private-kNN reports one line per round
         self.total = self.releases * (1 + plan["student_epochs"])
@@ -188,7 +191,7 @@ class _ProgressReporter:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.progress = Progress(TextColumn("[bold]DPDFD"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                                     TimeElapsedColumn(), console=out, transient=False)
+                                     TimeElapsedColumn(), console=self.console, transient=False)
             self.progress.start()
             self.task = self.progress.add_task("", total=self.total)
 
@@ -196,7 +199,7 @@ class _ProgressReporter:
         from .accounting import dpdfd
 
         if info["kind"] == "round":
-            out.print(f"round {info['round']}: {info['answered']}/{info['asked']} queries answered, ε spent {info['epsilon']:.3f}, {info['seconds']:.0f} s")
+            self.console.print(f"round {info['round']}: {info['answered']}/{info['asked']} queries answered, ε spent {info['epsilon']:.3f}, {info['seconds']:.0f} s")
             return
 
         eps = dpdfd.epsilon(sigma=self.sigma, steps=info["releases"], delta=self.delta) if self.sigma else float("inf")
@@ -209,7 +212,7 @@ class _ProgressReporter:
         if self.progress is not None:
             self.progress.update(self.task, advance=1, description=text)
         else:
-            out.print(f"{info['kind']}: {text}")
+            self.console.print(f"{info['kind']}: {text}")
 
     def close(self) -> None:
         if self.progress is not None:
