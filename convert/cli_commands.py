@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from .cli import app
-from .console import err, out
+from . import console
+from .console import out
 
 
 # Private-kNN options shared by `plan --method pknn` and `convert --method pknn`.
@@ -155,7 +156,7 @@ def convert(
                           save_generator=save_generator, query_generator=query_generator,
                           pknn={"k": k, "sampling_rate": sampling_rate, "sigma1": sigma1, "threshold": threshold, "sigma2": sigma2,
                                 "rounds": rounds, "queries": queries, "features": features, "labels": labels, "knn": knn, **({"student_epochs": epochs} if epochs else {})})
-    reporter = _ProgressReporter(steps, err if as_json else out)
+    reporter = _ProgressReporter(steps, console.err if as_json else console.out)  # `out` here is the --out path
     try:
         result = run_convert(teacher, opts, lo, on_plan=reporter.plan, on_progress=reporter.tick)
     finally:
