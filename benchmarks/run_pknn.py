@@ -50,6 +50,7 @@ def main() -> None:
     ap.add_argument("--features")
     ap.add_argument("--labels", choices=["hard", "soft"])
     ap.add_argument("--label-temperature", type=float)
+    ap.add_argument("--config", help="JSON dict of other PknnConfig fields, e.g. '{\"ema\": 0.999}'")
     ap.add_argument("--json")
     args = ap.parse_args()
     import sys
@@ -71,14 +72,15 @@ def main() -> None:
             pknn={k: v for k, v in dict(k=args.k, sampling_rate=args.sampling_rate, sigma1=args.sigma1, threshold=args.threshold,
                                         rounds=args.rounds, queries=args.queries, student_epochs=args.epochs,
                                         pseudo_label=args.pseudo_label, features=args.features, labels=args.labels,
-                                        label_temperature=args.label_temperature).items() if v is not None}))
+                                        label_temperature=args.label_temperature).items() if v is not None}
+                 | json.loads(args.config or "{}")))
         wall = time.perf_counter() - t0
     c = res.card.data
     r = {
         "method": "private-knn", "epsilon": c["guarantee"]["epsilon"], "delta": args.delta, "scope": c["guarantee"]["scope"],
         "accountants": c["accounting"]["epsilons"], **{k: c["mechanism"][k] for k in ("k", "sampling_rate", "sigma1", "threshold", "sigma2", "queries_asked", "queries_answered", "rounds")},
         "features": c["mechanism"]["config"]["features"], "labels": c["mechanism"]["config"]["labels"],
-        "label_temperature": c["mechanism"]["config"]["label_temperature"],
+        "label_temperature": c["mechanism"]["config"]["label_temperature"], "config": c["mechanism"]["config"],
         "student": c["model"]["architecture"], "student_accuracy": c["utility"]["student_accuracy"], "evaluation_data": c["utility"]["evaluation_data"],
         "rounds_detail": res.rounds, "wall_seconds": round(wall, 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

@@ -16,10 +16,11 @@ from .console import out
 K = Annotated[int, typer.Option("--k", help="Private-kNN: neighbours.")]
 SamplingRate = Annotated[float, typer.Option("--sampling-rate", help="Private-kNN: Poisson sampling rate γ.")]
 Sigma1 = Annotated[float, typer.Option("--sigma1", help="Private-kNN: screening noise σ1.")]
-Threshold = Annotated[Optional[float], typer.Option("--threshold", help="Private-kNN: screening threshold (default 0.5·k).")]
+Threshold = Annotated[Optional[float], typer.Option("--threshold", help="Private-kNN: screening threshold (default 0.4·k).")]
 Sigma2 = Annotated[Optional[float], typer.Option("--sigma2", help="Private-kNN: argmax noise (default: calibrated to --eps).")]
 Queries = Annotated[Optional[int], typer.Option("--queries", help="Private-kNN: queries screened (default: plan 1000; convert all public images).")]
-PKNN_DEFAULTS = {"k": 300, "sampling_rate": 0.1, "sigma1": 50.0, "threshold_ratio": 0.5}
+PKNN_DEFAULTS = {"k": 300, "sampling_rate": 0.1, "sigma1": 50.0, "threshold_ratio": 0.4, "rounds": 2, "features": "hog_pca",
+                 "labels": "soft", "knn": "auto"}  # = PknnConfig's (tests check; no torch import here)
 
 
 # ------------------------------------------------------------------ plan
@@ -129,12 +130,12 @@ def convert(
     sigma1: Sigma1 = PKNN_DEFAULTS["sigma1"],
     threshold: Threshold = None,
     sigma2: Sigma2 = None,
-    rounds: Annotated[int, typer.Option("--rounds", help="Private-kNN: rounds (features refined by the student).")] = 2,
+    rounds: Annotated[int, typer.Option("--rounds", help="Private-kNN: rounds (features refined by the student).")] = PKNN_DEFAULTS["rounds"],
     queries: Queries = None,
-    features: Annotated[str, typer.Option("--features", help="Private-kNN: first-round features: hog, or hog_pca (HOG whitened on the public images' principal directions).")] = "hog_pca",
+    features: Annotated[str, typer.Option("--features", help="Private-kNN: first-round features: hog, or hog_pca (HOG whitened on the public images' principal directions).")] = PKNN_DEFAULTS["features"],
     canaries: Annotated[int, typer.Option("--canaries", help="Private-kNN: one-run canary audit with N canaries (empirical ε lower bound on the card).")] = 0,
-    knn: Annotated[str, typer.Option("--knn", help="Private-kNN search: exact (torch), faiss (optional extra, for ≥1M records) or auto.")] = "auto",
-    labels: Annotated[str, typer.Option("--labels", help="Private-kNN: student targets from the released noisy vote histogram: soft (tempered softmax) or hard (argmax). Same ε.")] = "soft",
+    knn: Annotated[str, typer.Option("--knn", help="Private-kNN search: exact (torch), faiss (optional extra, for ≥1M records) or auto.")] = PKNN_DEFAULTS["knn"],
+    labels: Annotated[str, typer.Option("--labels", help="Private-kNN: student targets from the released noisy vote histogram: soft (tempered softmax) or hard (argmax). Same ε.")] = PKNN_DEFAULTS["labels"],
     save_generator: Annotated[Optional[str], typer.Option("--save-generator", help="DPDFD: also save the learned generator (with --generator) and its DPDFD cost to FILE.safetensors.")] = None,
     query_generator: Annotated[Optional[str], typer.Option("--query-generator", help="Private-kNN: queries from a generator FILE saved with --save-generator (its cost is composed in) or 'prior' (data-independent).")] = None,
 ) -> None:

@@ -260,3 +260,12 @@ def test_knn_choice():
     except ImportError:
         return
     assert resolve_knn("auto", FAISS_MIN_RECORDS) == "faiss"
+
+
+def test_cli_defaults_match_the_library():
+    """The CLI keeps Private-kNN defaults as literals (no torch import at start-up); they must equal PknnConfig's."""
+    from dpconvert.cli_commands import PKNN_DEFAULTS
+    from dpconvert.private_knn import PknnConfig
+
+    cfg = PknnConfig()
+    assert PKNN_DEFAULTS == {k: getattr(cfg, k) for k in PKNN_DEFAULTS}
