@@ -50,7 +50,7 @@ def main() -> None:
     ap.add_argument("--features")
     ap.add_argument("--labels", choices=["hard", "soft"])
     ap.add_argument("--label-temperature", type=float)
-    ap.add_argument("--config", help="JSON dict of other PknnConfig fields, e.g. '{\"ema\": 0.999}'")
+    ap.add_argument("--config", help="JSON dict of other PknnConfig fields, e.g. '{\"labels\": \"hard\"}'")
     ap.add_argument("--json")
     args = ap.parse_args()
     import sys

@@ -44,7 +44,6 @@ class PknnConfig:
     # with t = label_temperature. The Gaussian argmax is post-processing of the noisy histogram, so both cost the same ε.
     labels: str = "soft"
     label_temperature: float = 1.0
-    ema: float = 0.0  # >0: the student is the exponential moving average of its weights (decay per step), buffers included
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -194,11 +193,8 @@ def histogram_targets(noisy: torch.Tensor, cfg: PknnConfig, sigma2: float) -> to
 
 
 def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, lr: float, minibatch: int,
-                     generator: torch.Generator, flip: bool = True, ema: float = 0.0) -> None:
-    """Supervised training on DP labels (post-processing). With ``ema`` the weights end as their moving average."""
-    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-
-    averaged = AveragedModel(student, multi_avg_fn=get_ema_multi_avg_fn(ema), use_buffers=True) if ema > 0 else None
+                     generator: torch.Generator, flip: bool = True) -> None:
+    """Supervised training on DP labels (post-processing)."""
     opt = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=5e-4)
     steps = max(1, epochs * -(-len(x) // minibatch))
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
@@ -216,10 +212,6 @@ def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
             loss.backward()
             opt.step()
             sched.step()
-            if averaged is not None:
-                averaged.update_parameters(student)
-    if averaged is not None:
-        student.load_state_dict(averaged.module.state_dict())
     student.eval()
 
 
