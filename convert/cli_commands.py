@@ -185,14 +185,17 @@ class _ProgressReporter:
         from .console import is_tty
 
         print_plan(plan, self.console)
-        if plan["method"] != "dpdfd":
-            return  # Private-kNN reports one line per round
-        self.total = self.releases * (1 + plan["student_epochs"])
-        self.sigma, self.delta = plan["sigma"], plan["delta"]
+        if plan["method"] == "dpdfd":
+            self.total = self.releases * (1 + plan["student_epochs"])
+            self.sigma, self.delta = plan["sigma"], plan["delta"]
+            label = "DPDFD"
+        else:  # Private-kNN: a bar over vote passes (screening every query + argmax for answered ones; the rest is skipped)
+            self.total = 2 * plan["queries_asked"]
+            label = "Private-kNN votes"
         if is_tty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self.progress = Progress(TextColumn("[bold]DPDFD"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+            self.progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                                      TimeElapsedColumn(), console=self.console, transient=False)
             self.progress.start()
             self.task = self.progress.add_task("", total=self.total)
@@ -200,8 +203,16 @@ class _ProgressReporter:
     def tick(self, info: dict) -> None:
         from .accounting import dpdfd
 
+        if info["kind"] == "votes":
+            if self.progress is not None:
+                self.progress.update(self.task, advance=info["queries"])
+            return
         if info["kind"] == "round":
-            self.console.print(f"round {info['round']}: {info['answered']}/{info['asked']} queries answered, ε spent {info['epsilon']:.3f}, {info['seconds']:.0f} s")
+            line = f"round {info['round']}: {info['answered']}/{info['asked']} queries answered, ε spent {info['epsilon']:.3f}, {info['seconds']:.0f} s"
+            if self.progress is not None:  # unanswered queries need no argmax pass
+                self.progress.update(self.task, advance=info["asked"] - info["answered"], description=line)
+            else:
+                self.console.print(line)
             return
 
         eps = dpdfd.epsilon(sigma=self.sigma, steps=info["releases"], delta=self.delta) if self.sigma else float("inf")

@@ -413,6 +413,8 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     private_x, private_y, canaries = _with_canaries(private, public.x, order, opts, spec.num_classes)
     mech = PknnMechanism(private_y, spec.num_classes, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1, threshold=threshold,
                          sigma2=plan["sigma2"], accountant=accountant, generator=rng, chunk=cfg.chunk, knn=knn)
+    if on_progress:  # vote passes: screening for every query, the argmax for answered ones
+        mech.on_chunk = lambda m: on_progress({"kind": "votes", "queries": m})
     per_round = order.tensor_split(cfg.rounds)
     phi = FEATURES.get(cfg.features)(spec, public.x)
     student_name = opts.student or default_student_name(spec)

@@ -84,6 +84,7 @@ class PknnMechanism:
         self.k, self.gamma, self.sigma1, self.threshold, self.sigma2 = int(k), float(sampling_rate), float(sigma1), float(threshold), float(sigma2)
         self.accountant, self.rng, self.chunk = accountant, generator, chunk
         self.knn, self.oversample = knn, oversample
+        self.on_chunk: Optional[Callable[[int], None]] = None  # progress: called with the number of queries voted on
         self._index = None  # faiss index over the private features (built on first use, per feature matrix)
 
     def poisson_mask(self, rows: int, n: int) -> torch.Tensor:
@@ -101,7 +102,12 @@ class PknnMechanism:
             dist, idx = d.topk(min(self.k, d.shape[1]), dim=1, largest=False)
             valid = torch.isfinite(dist)  # fewer than k kept records: only real neighbours vote
             out.append(self._histogram(idx, valid))
-        return torch.cat(out)
+            self._tick(len(q))
+        return torch.cat(out) if out else torch.zeros(0, self.num_classes)
+
+    def _tick(self, n: int) -> None:
+        if self.on_chunk is not None:
+            self.on_chunk(n)
 
     def _histogram(self, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         onehot = F.one_hot(self.labels[idx], self.num_classes) * valid.unsqueeze(-1)
@@ -142,7 +148,8 @@ class PknnMechanism:
             for i in (~enough).nonzero().flatten().tolist():
                 hist[i] = self._votes_fallback(q[i], pfeats, cand[i], kept[i])
             out.append(hist)
-        return torch.cat(out)
+            self._tick(len(q))
+        return torch.cat(out) if out else torch.zeros(0, self.num_classes)
 
     def _votes_fallback(self, q: torch.Tensor, pfeats: torch.Tensor, cand: torch.Tensor, cand_kept: torch.Tensor) -> torch.Tensor:
         mask = self.poisson_mask(1, len(pfeats))[0]
