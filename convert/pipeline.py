@@ -407,23 +407,22 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     torch.manual_seed(opts.seed)
     rng = torch.Generator().manual_seed(opts.seed + 1)  # subsampling and noise: explicitly seeded, on the card
     train_rng = torch.Generator().manual_seed(opts.seed)
-    public = source  # the query images (public images or generator samples: both independent of the private data)
-    order = torch.randperm(len(public.x), generator=train_rng)[:total_q]
+    order = torch.randperm(len(source.x), generator=train_rng)[:total_q]
     # with --canaries the mechanism sees the canaries as ordinary private records
-    private_x, private_y, canaries = _with_canaries(private, public.x, order, opts, spec.num_classes)
+    private_x, private_y, canaries = _with_canaries(private, source.x, order, opts, spec.num_classes)
     mech = PknnMechanism(private_y, spec.num_classes, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1, threshold=threshold,
                          sigma2=plan["sigma2"], accountant=accountant, generator=rng, chunk=cfg.chunk, knn=knn)
     if on_progress:  # vote passes: screening for every query, the argmax for answered ones
         mech.on_chunk = lambda m: on_progress({"kind": "votes", "queries": m})
     per_round = order.tensor_split(cfg.rounds)
-    phi = FEATURES.get(cfg.features)(spec, public.x)
+    phi = FEATURES.get(cfg.features)(spec, source.x)
     student_name = opts.student or default_student_name(spec)
     xs, ys, rounds = [], [], []
     student = None
     for r, idx in enumerate(per_round, 1):
         t0 = time.perf_counter()
         pfeats = batched_features(phi, private_x)
-        qx = public.x[idx]
+        qx = source.x[idx]
         qfeats = batched_features(phi, qx)
         answered = mech.screen(qfeats, pfeats)
         targets = histogram_targets(mech.noisy_histogram(qfeats[answered], pfeats), cfg, mech.sigma2)
@@ -440,7 +439,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
             on_progress(info)
     if cfg.pseudo_label > 0:  # semi-supervised: answered labels + confident student labels on the rest of the public set
         answered_set = torch.cat(xs)
-        px, py = confident_pseudo_labels(student, public.x, cfg.pseudo_label)
+        px, py = confident_pseudo_labels(student, source.x, cfg.pseudo_label)
         student = create_student(student_name, spec)
         py = torch.nn.functional.one_hot(py, spec.num_classes).float()
         train_classifier(student, torch.cat([answered_set, px]), torch.cat([torch.cat(ys), py]), epochs=cfg.student_epochs,
@@ -463,7 +462,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
                             f"{eps_all['epsilon']:.3f} (expected in ≤ 5 % of runs of a correct mechanism); investigate before release")
     composed = source.cost is not None
     return MethodOutput(
-        student=student, student_name=student_name, probe=public.x[: opts.parity_inputs], rounds=rounds, warnings=warnings, audit=audit,
+        student=student, student_name=student_name, probe=source.x[: opts.parity_inputs], rounds=rounds, warnings=warnings, audit=audit,
         guarantee={
             "epsilon": eps_all["epsilon"], "delta": opts.delta, "scope": "query" if composed else "record",
             "adjacency": ADJACENCY_GENERATOR_PKNN if composed else ADJACENCY_RECORD,
