@@ -61,10 +61,10 @@ def plan(
     print_plan(result)
 
 
-def print_plan(result: dict, console=None) -> None:
+def print_plan(result: dict, to=None) -> None:
     from rich.table import Table
 
-    console = console or out
+    to = to or out
 
     table = Table(title=f"privacy plan ({result['method']}, scope {result['scope']}, δ={result['delta']:g})")
     table.add_column("quantity")
@@ -85,10 +85,10 @@ def print_plan(result: dict, console=None) -> None:
         rows.append(("ε, record-level worst case", f"{result['record_level_epsilon']:.4f}"))
     for r in rows:
         table.add_row(*r)
-    console.print(table)
-    console.print(f"adjacency: {result['adjacency']}")
+    to.print(table)
+    to.print(f"adjacency: {result['adjacency']}")
     if result.get("method_choice"):
-        console.print(f"method {result['method']}: {result['method_choice']}")
+        to.print(f"method {result['method']}: {result['method_choice']}")
 
 
 # ------------------------------------------------------------------ convert (the main job)
