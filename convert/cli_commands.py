@@ -132,7 +132,7 @@ def convert(
     sigma2: Sigma2 = None,
     rounds: Annotated[int, typer.Option("--rounds", help="Private-kNN: rounds (features refined by the student).")] = PKNN_DEFAULTS["rounds"],
     queries: Queries = None,
-    features: Annotated[str, typer.Option("--features", help="Private-kNN: first-round features: hog, or hog_pca (HOG whitened on the public images' principal directions).")] = PKNN_DEFAULTS["features"],
+    features: Annotated[str, typer.Option("--features", help="Private-kNN: first-round features: hog_pca (HOG whitened on the public images' principal directions), hog, or timm:NAME[@FILE] (a public pretrained backbone; FILE = local weights).")] = PKNN_DEFAULTS["features"],
     canaries: Annotated[int, typer.Option("--canaries", help="Private-kNN: one-run canary audit with N canaries (empirical ε lower bound on the card).")] = 0,
     knn: Annotated[str, typer.Option("--knn", help="Private-kNN search: exact (torch), faiss (optional extra, for ≥1M records) or auto.")] = PKNN_DEFAULTS["knn"],
     labels: Annotated[str, typer.Option("--labels", help="Private-kNN: student targets from the released noisy vote histogram: soft (tempered softmax) or hard (argmax). Same ε.")] = PKNN_DEFAULTS["labels"],

@@ -79,6 +79,58 @@ def hog_pca_features(spec, public_x=None, *, dims: int = 32, whiten: float = 1.0
     return lambda x: F.normalize((hog(x, cell=cell) - mu) @ proj, dim=1)
 
 
+TIMM_FEATURE_MIN_PX = 64  # small images are upsampled to this for an ImageNet backbone (224 px would cost ~10× more on CPU)
+
+
+def create_features(name: str, spec, public_x=None):
+    """φ by name: a registered map, or ``timm:NAME[@WEIGHTS]`` (a public pretrained timm backbone)."""
+    if name.startswith("timm:"):
+        return timm_backbone_features(spec, name[len("timm:"):])
+    return FEATURES.get(name)(spec, public_x)
+
+
+def timm_backbone_features(spec, ref: str):
+    """Pooled features of a *public* pretrained timm backbone (``NAME`` from the hub, or ``NAME@FILE`` offline).
+
+    Private-kNN needs φ independent of the private data: the user vouches that
+    the weights were trained on public data only (the card records which). The
+    teacher-normalised input is mapped back to pixels, grey images are repeated
+    to three channels, small images are upsampled, then the backbone's own
+    normalisation is applied; features are L2-normalised like the other maps.
+    """
+    import timm
+
+    from .errors import DpconvertError
+
+    name, _, weights = ref.partition("@")
+    if not timm.is_model(name.split(".")[0]):
+        raise DpconvertError(f"--features timm:{ref}: unknown timm model {name!r}; see timm.list_models()")
+    kwargs = {"pretrained_cfg_overlay": dict(file=weights)} if weights else {}
+    try:
+        model = timm.create_model(name, pretrained=True, num_classes=0, **kwargs).eval()
+    except Exception as e:  # hub unreachable, missing or unfitting weights file
+        msg = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise DpconvertError(f"--features timm:{ref}: could not load public pretrained weights ({msg}); "
+                             "give local weights as timm:NAME@FILE") from None
+    cfg = model.pretrained_cfg
+    in_mean = torch.tensor(spec.mean).view(1, -1, 1, 1)
+    in_std = torch.tensor(spec.std).view(1, -1, 1, 1)
+    bb_mean = torch.tensor(cfg.get("mean", (0.485, 0.456, 0.406))).view(1, -1, 1, 1)
+    bb_std = torch.tensor(cfg.get("std", (0.229, 0.224, 0.225))).view(1, -1, 1, 1)
+    size = max(TIMM_FEATURE_MIN_PX, spec.height, spec.width)
+
+    def phi(x: torch.Tensor) -> torch.Tensor:
+        pixels = x * in_std + in_mean
+        if pixels.shape[1] == 1:
+            pixels = pixels.expand(-1, 3, -1, -1)
+        if pixels.shape[-1] < size or pixels.shape[-2] < size:
+            pixels = F.interpolate(pixels, size=(size, size), mode="bilinear", align_corners=False)
+        with torch.no_grad():
+            return F.normalize(model((pixels - bb_mean) / bb_std).flatten(1), dim=1)
+
+    return phi
+
+
 def batched_features(phi, x: torch.Tensor, size: int = 2048) -> torch.Tensor:
     with torch.no_grad():
         return torch.cat([phi(c) for c in x.split(size)])

@@ -353,7 +353,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     from .accounting import library_versions
     from .accounting.pknn import ADJACENCY_RECORD
     from .data import load_data
-    from .features import FEATURES, batched_features
+    from .features import batched_features, create_features
     from .planning import plan_pknn
     from .private_knn import (PknnConfig, PknnMechanism, confident_pseudo_labels, histogram_targets, resolve_knn, student_features,
                               train_classifier)
@@ -415,7 +415,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     if on_progress:  # vote passes: screening for every query, the argmax for answered ones
         mech.on_chunk = lambda m: on_progress({"kind": "votes", "queries": m})
     per_round = order.tensor_split(cfg.rounds)
-    phi = FEATURES.get(cfg.features)(spec, source.x)
+    phi = create_features(cfg.features, spec, source.x)
     student_name = opts.student or default_student_name(spec)
     xs, ys, rounds = [], [], []
     student = None

@@ -11,6 +11,7 @@ from scipy.stats import norm
 
 from dpconvert.accounting import ACCOUNTANTS, PknnAccountant
 from dpconvert.private_knn import PknnMechanism
+from dpconvert.spec import InputSpec
 from dpconvert.zoo_cards import PrivacyCard
 
 
@@ -269,3 +270,61 @@ def test_cli_defaults_match_the_library():
 
     cfg = PknnConfig()
     assert PKNN_DEFAULTS == {k: getattr(cfg, k) for k in PKNN_DEFAULTS}
+
+
+DIGITS_SPEC = InputSpec(1, 8, 8, 10, mean=(0.305,), std=(0.376,))  # the built-in teacher's input
+
+
+@pytest.fixture(scope="module")
+def public_backbone(tmp_path_factory):
+    """A stand-in for public pretrained weights (the hub is unreachable here): a timm model saved to a local file."""
+    import timm
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    model = timm.create_model("resnet10t", pretrained=False)
+    path = tmp_path_factory.mktemp("backbone") / "resnet10t.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return path, model
+
+
+def test_timm_backbone_features_use_the_given_weights(public_backbone):
+    from dpconvert.features import create_features
+
+    path, model = public_backbone
+    spec = DIGITS_SPEC
+    phi = create_features(f"timm:resnet10t@{path}", spec)
+    x = torch.randn(6, *spec.shape)
+    f = phi(x)
+    assert f.shape == (6, model.num_features) and torch.allclose(f.norm(dim=1), torch.ones(6), atol=1e-5)
+    assert torch.equal(f, phi(x))
+    # the same computation by hand with the saved weights: pixels → 3 channels → 64 px → ImageNet normalisation
+    model.reset_classifier(0)
+    model.eval()
+    pixels = (x * torch.tensor(spec.std).view(1, -1, 1, 1) + torch.tensor(spec.mean).view(1, -1, 1, 1)).expand(-1, 3, -1, -1)
+    pixels = torch.nn.functional.interpolate(pixels, size=(64, 64), mode="bilinear", align_corners=False)
+    mean, std = torch.tensor((0.485, 0.456, 0.406)).view(1, 3, 1, 1), torch.tensor((0.229, 0.224, 0.225)).view(1, 3, 1, 1)
+    with torch.no_grad():
+        ref = torch.nn.functional.normalize(model((pixels - mean) / std), dim=1)
+    assert torch.allclose(f, ref, atol=1e-5)
+
+
+def test_timm_backbone_features_errors(tmp_path):
+    from dpconvert.errors import DpconvertError
+    from dpconvert.features import create_features
+
+    with pytest.raises(DpconvertError, match="unknown timm model"):
+        create_features("timm:resnet_nonexistent", DIGITS_SPEC)
+    with pytest.raises(DpconvertError, match="timm:NAME@FILE"):
+        create_features(f"timm:resnet10t@{tmp_path / 'missing.safetensors'}", DIGITS_SPEC)
+
+
+def test_pknn_cli_with_a_timm_backbone(public_backbone, tmp_path, cli):
+    path, _ = public_backbone
+    out = tmp_path / "s.onnx"
+    code, _, err = cli("builtin:digits", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits", "--eps", "8",
+                       "--delta", "1e-4", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "1", "--rounds", "1",
+                       "--features", f"timm:resnet10t@{path}", "--out", out)
+    assert code == 0, err
+    card = PrivacyCard.read(f"{out}.card.json").data
+    assert card["mechanism"]["config"]["features"] == f"timm:resnet10t@{path}" and card["guarantee"]["scope"] == "record"
