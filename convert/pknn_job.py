@@ -26,7 +26,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     from .data import load_data
     from .features import batched_features, create_features
     from .planning import plan_pknn
-    from .private_knn import (PknnConfig, PknnMechanism, confident_pseudo_labels, histogram_targets, resolve_knn, student_features,
+    from .private_knn import (PknnConfig, PknnMechanism, confident_pseudo_labels, histogram_targets, resolve_knn,
                               train_classifier)
     from .students import create_student, default_student_name
 
@@ -41,6 +41,8 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         raise DpconvertError(f"unknown Private-kNN setting ({e})") from None
     if cfg.labels not in ("hard", "soft") or cfg.label_temperature <= 0:
         raise DpconvertError(f"--labels must be soft or hard (got {cfg.labels!r}) and the label temperature > 0")
+    if cfg.round_features not in ("student", "student+first"):
+        raise DpconvertError(f"unknown round_features {cfg.round_features!r} (student or student+first)")
     source = pknn_query_source(opts, spec, cfg)
     private = load_data(opts.private_data, spec, require_labels=True)
     n = len(private)
@@ -86,7 +88,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     if on_progress:  # vote passes: screening for every query, the argmax for answered ones
         mech.on_chunk = lambda m: on_progress({"kind": "votes", "queries": m})
     per_round = order.tensor_split(cfg.rounds)
-    phi = create_features(cfg.features, spec, source.x)
+    phi = first_phi = create_features(cfg.features, spec, source.x)
     student_name = opts.student or default_student_name(spec)
     xs, ys, rounds = [], [], []
     student = None
@@ -102,7 +104,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         student = create_student(student_name, spec)
         train_classifier(student, torch.cat(xs), torch.cat(ys), epochs=cfg.student_epochs, lr=cfg.student_lr,
                          minibatch=cfg.minibatch, generator=train_rng)
-        phi = student_features(student)  # DP by post-processing: trained on public queries + DP labels only
+        phi = _next_round_features(cfg, student, first_phi)  # DP by post-processing: trained on public queries + DP labels only
         info = {"kind": "round", "round": r, "asked": len(idx), "answered": int(answered.sum()), "seconds": time.perf_counter() - t0,
                 "epsilon": accountant.epsilon(delta=opts.delta)}
         rounds.append(info)
@@ -156,7 +158,8 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         mechanism={
             "method": "private-knn", "k": cfg.k, "sampling_rate": cfg.sampling_rate, "sampling": "Poisson (independent per record, per query, per step)",
             "sigma1": cfg.sigma1, "threshold": threshold, "sigma2": plan["sigma2"], "queries_asked": asked, "queries_answered": answered_total,
-            "rounds": cfg.rounds, "features": f"{cfg.features} (round 1), then the previous round's student", "private_records": n,
+            "rounds": cfg.rounds, "features": f"{cfg.features} (round 1), then the previous round's student"
+                        + (f" beside {cfg.features} (weight {cfg.round_features_weight:g})" if cfg.round_features == "student+first" else ""), "private_records": n,
             "knn_search": KNN_SEARCH[knn], "public_queries": opts.public_data, "query_source": source.description, "labels": _label_description(cfg),
             "noise_rng": f"torch.Generator (CPU) seeded with {opts.seed + 1}", "config": cfg.to_dict(),
             **({"query_generator": source.generator_info} if composed else {}),
@@ -234,6 +237,21 @@ def _pknn_budget(source: QuerySource, opts: ConvertOptions):
         raise DpconvertError(f"the query generator alone costs ε={eps_gen:.3f} at δ/2={opts.delta / 2:g}; raise --eps above it "
                              "or use --public-data / --query-generator prior")
     return accountant, opts.eps - eps_gen, opts.delta / 2
+
+
+def _next_round_features(cfg, student, first_phi):
+    """φ for the next round: the student's features, or (``round_features="student+first"``) them beside the first map."""
+    import torch
+    import torch.nn.functional as F
+
+    from .private_knn import student_features
+
+    phi_s = student_features(student)
+    if cfg.round_features == "student":
+        return phi_s
+    if cfg.round_features == "student+first":
+        return lambda x: F.normalize(torch.cat([first_phi(x), cfg.round_features_weight * phi_s(x)], 1), dim=1)
+    raise DpconvertError(f"unknown round_features {cfg.round_features!r} (student or student+first)")
 
 
 def _label_description(cfg) -> str:

@@ -44,6 +44,10 @@ class PknnConfig:
     # with t = label_temperature. The Gaussian argmax is post-processing of the noisy histogram, so both cost the same ε.
     labels: str = "soft"
     label_temperature: float = 1.0
+    # φ after round 1: "student+first" = the student's features beside the first map (weight 0.5 on the student's part);
+    # +0.3 points over "student" alone on each of three seeds (benchmarks/RESULTS.md §3).
+    round_features: str = "student+first"
+    round_features_weight: float = 0.5
     seed: int = 0
 
     def to_dict(self) -> dict:

@@ -328,3 +328,22 @@ def test_pknn_cli_with_a_timm_backbone(public_backbone, tmp_path, cli):
     assert code == 0, err
     card = PrivacyCard.read(f"{out}.card.json").data
     assert card["mechanism"]["config"]["features"] == f"timm:resnet10t@{path}" and card["guarantee"]["scope"] == "record"
+
+
+def test_next_round_features_concatenate_the_first_map():
+    from dpconvert.errors import DpconvertError
+    from dpconvert.pknn_job import _next_round_features
+    from dpconvert.private_knn import PknnConfig
+    from dpconvert.students import create_student
+
+    student = create_student("datalens_cnn", DIGITS_SPEC).eval()
+    first = lambda x: torch.nn.functional.normalize(x.flatten(1), dim=1)  # noqa: E731  (a stand-in first-round map)
+    x = torch.randn(5, *DIGITS_SPEC.shape)
+    only_student = _next_round_features(PknnConfig(round_features="student"), student, first)(x)
+    both = _next_round_features(PknnConfig(), student, first)(x)
+    assert both.shape == (5, 64 + only_student.shape[1]) and torch.allclose(both.norm(dim=1), torch.ones(5), atol=1e-5)
+    # the student's part is the student's features, down-weighted by round_features_weight before the joint normalisation
+    scale = both[:, 64:].norm(dim=1) / both[:, :64].norm(dim=1)
+    assert torch.allclose(scale, torch.full((5,), 0.5), atol=1e-4)
+    with pytest.raises(DpconvertError, match="student or student\\+first"):
+        _next_round_features(PknnConfig(round_features="teacher"), student, first)
