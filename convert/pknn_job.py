@@ -18,7 +18,7 @@ from .pipeline import METHODS, NOT_COVERED, ConvertOptions, MethodOutput
 
 @METHODS.register("pknn")
 def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutput:
-    """Private-kNN on public queries: a record-level guarantee (ALGORITHMS.md §3)."""
+    """Private-kNN (ALGORITHMS.md §3): record-level on public or prior queries; composed with a saved generator's DPDFD cost."""
     import torch
 
     from .accounting import library_versions
