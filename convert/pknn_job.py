@@ -103,7 +103,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         ys.append(targets)
         student = create_student(student_name, spec)
         train_classifier(student, torch.cat(xs), torch.cat(ys), epochs=cfg.student_epochs, lr=cfg.student_lr,
-                         minibatch=cfg.minibatch, generator=train_rng)
+                         minibatch=cfg.minibatch, generator=train_rng, balance=cfg.balance)
         phi = _next_round_features(cfg, student, first_phi)  # DP by post-processing: trained on public queries + DP labels only
         info = {"kind": "round", "round": r, "asked": len(idx), "answered": int(answered.sum()), "seconds": time.perf_counter() - t0,
                 "epsilon": accountant.epsilon(delta=opts.delta)}
@@ -116,7 +116,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         student = create_student(student_name, spec)
         py = torch.nn.functional.one_hot(py, spec.num_classes).float()
         train_classifier(student, torch.cat([answered_set, px]), torch.cat([torch.cat(ys), py]), epochs=cfg.student_epochs,
-                         lr=cfg.student_lr, minibatch=cfg.minibatch, generator=train_rng)
+                         lr=cfg.student_lr, minibatch=cfg.minibatch, generator=train_rng, balance=cfg.balance)
         rounds.append({"kind": "pseudo_label", "added": int(len(px)), "threshold": cfg.pseudo_label})
     eps_all = accountant.epsilons(delta=opts.delta)
     if eps_all["epsilon"] > opts.eps * (1 + 1e-9):

@@ -48,6 +48,7 @@ class PknnConfig:
     # +0.3 points over "student" alone on each of three seeds (benchmarks/RESULTS.md §3).
     round_features: str = "student+first"
     round_features_weight: float = 0.5
+    balance: bool = True  # class-balanced loss over the answered labels (+0.3 points mean, each of 3 seeds; RESULTS.md §3)
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -204,8 +205,11 @@ def histogram_targets(noisy: torch.Tensor, cfg: PknnConfig, sigma2: float) -> to
 
 
 def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, lr: float, minibatch: int,
-                     generator: torch.Generator, flip: bool = True) -> None:
-    """Supervised training on DP labels (post-processing)."""
+                     generator: torch.Generator, flip: bool = True, balance: bool = False) -> None:
+    """Supervised training on DP labels (post-processing). ``balance``: class weights ∝ 1/(count of each label)."""
+    from .dpdfd import student_classes
+
+    weight = class_balance_weights(y, student_classes(student)) if balance else None
     opt = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=5e-4)
     steps = max(1, epochs * -(-len(x) // minibatch))
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
@@ -218,12 +222,22 @@ def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                 xb = torch.where(f.view(-1, 1, 1, 1), xb.flip(3), xb)
             shift = torch.randint(-2, 3, (2,), generator=generator).tolist()
             xb = torch.roll(xb, shifts=shift, dims=(2, 3))
-            loss = F.cross_entropy(student(xb), y[idx])  # y: class indices or (m, K) target distributions
+            loss = F.cross_entropy(student(xb), y[idx], weight=weight)  # y: class indices or (m, K) target distributions
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             sched.step()
     student.eval()
+
+
+def class_balance_weights(y: torch.Tensor, num_classes: int, max_weight: float = 5.0) -> torch.Tensor:
+    """Per-class loss weights n / (K · n_c) from the training targets (labels or distributions), capped at ``max_weight``.
+
+    Screening answers the easy classes more often, so the answered set is skewed; the weights undo that skew
+    towards a uniform class prior. They are computed from released labels only (post-processing).
+    """
+    counts = y.float().sum(0) if y.dim() == 2 else torch.bincount(y, minlength=num_classes).float()
+    return (counts.sum() / (num_classes * counts.clamp_min(1.0))).clamp(max=max_weight)
 
 
 def student_features(student: torch.nn.Module) -> Callable:

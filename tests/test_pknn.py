@@ -347,3 +347,13 @@ def test_next_round_features_concatenate_the_first_map():
     assert torch.allclose(scale, torch.full((5,), 0.5), atol=1e-4)
     with pytest.raises(DpconvertError, match="student or student\\+first"):
         _next_round_features(PknnConfig(round_features="teacher"), student, first)
+
+
+def test_class_balance_weights():
+    from dpconvert.private_knn import class_balance_weights
+
+    y = torch.tensor([0] * 60 + [1] * 30 + [2] * 10)
+    w = class_balance_weights(y, 4)  # class 3 never answered: capped, not infinite
+    assert torch.allclose(w[:3], torch.tensor([100 / 240, 100 / 120, 100 / 40])) and w[3] == 5.0
+    assert torch.allclose(class_balance_weights(torch.nn.functional.one_hot(y, 4).float(), 4), w)
+    assert torch.allclose((w[:3] * torch.tensor([60.0, 30.0, 10.0])), torch.full((3,), 100 / 4))  # each class weighs the same in total
