@@ -41,8 +41,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         raise DpconvertError(f"unknown Private-kNN setting ({e})") from None
     if cfg.labels not in ("hard", "soft") or cfg.label_temperature <= 0:
         raise DpconvertError(f"--labels must be soft or hard (got {cfg.labels!r}) and the label temperature > 0")
-    if cfg.round_features not in ("student", "student+first"):
-        raise DpconvertError(f"unknown round_features {cfg.round_features!r} (student or student+first)")
+    _check_round_features(cfg)
     source = pknn_query_source(opts, spec, cfg)
     private = load_data(opts.private_data, spec, require_labels=True)
     n = len(private)
@@ -246,12 +245,19 @@ def _next_round_features(cfg, student, first_phi):
 
     from .private_knn import student_features
 
+    _check_round_features(cfg)
     phi_s = student_features(student)
     if cfg.round_features == "student":
         return phi_s
-    if cfg.round_features == "student+first":
-        return lambda x: F.normalize(torch.cat([first_phi(x), cfg.round_features_weight * phi_s(x)], 1), dim=1)
-    raise DpconvertError(f"unknown round_features {cfg.round_features!r} (student or student+first)")
+    return lambda x: F.normalize(torch.cat([first_phi(x), cfg.round_features_weight * phi_s(x)], 1), dim=1)
+
+
+ROUND_FEATURES = ("student", "student+first")
+
+
+def _check_round_features(cfg) -> None:
+    if cfg.round_features not in ROUND_FEATURES:
+        raise DpconvertError(f"unknown round_features {cfg.round_features!r} ({' or '.join(ROUND_FEATURES)})")
 
 
 def _label_description(cfg) -> str:
