@@ -136,8 +136,9 @@ def convert(
     canaries: Annotated[int, typer.Option("--canaries", help="Private-kNN: one-run canary audit with N canaries (empirical ε lower bound on the card).")] = 0,
     knn: Annotated[str, typer.Option("--knn", help="Private-kNN search: exact (torch), faiss (optional extra, for ≥1M records) or auto.")] = PKNN_DEFAULTS["knn"],
     labels: Annotated[str, typer.Option("--labels", help="Private-kNN: student targets from the released noisy vote histogram: soft (tempered softmax) or hard (argmax). Same ε.")] = PKNN_DEFAULTS["labels"],
-    save_generator: Annotated[Optional[str], typer.Option("--save-generator", help="DPDFD: also save the learned generator (with --generator) and its DPDFD cost to FILE.safetensors.")] = None,
-    query_generator: Annotated[Optional[str], typer.Option("--query-generator", help="Private-kNN: queries from a generator FILE saved with --save-generator (its cost is composed in) or 'prior' (data-independent).")] = None,
+    save_generator: Annotated[Optional[str], typer.Option("--save-generator", help="Save the learned generator and its DPDFD cost to FILE.safetensors (DPDFD with --generator; Private-kNN with --query-generator train).")] = None,
+    query_generator: Annotated[Optional[str], typer.Option("--query-generator", help="Private-kNN: queries from a generator FILE saved with --save-generator (its cost is composed in), 'train' (DPDFD trains one in this run, cost composed in) or 'prior' (data-independent).")] = None,
+    generator_eps: Annotated[Optional[float], typer.Option("--generator-eps", help="Private-kNN with --query-generator train: the generator's share of --eps (default half); the rest labels the queries.")] = None,
 ) -> None:
     """Convert TEACHER into a DP student (DPDFD or Private-kNN) with an ONNX export and a privacy card."""
     import shlex
@@ -154,7 +155,7 @@ def convert(
                           student_epochs=epochs, seed=seed, device=lo.device, eval_data=eval_data,
                           command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
                           method=method, private_data=private_data, public_data=public_data, canaries=canaries,
-                          save_generator=save_generator, query_generator=query_generator,
+                          save_generator=save_generator, query_generator=query_generator, generator_eps=generator_eps,
                           pknn={"k": k, "sampling_rate": sampling_rate, "sigma1": sigma1, "threshold": threshold, "sigma2": sigma2,
                                 "rounds": rounds, "queries": queries, "features": features, "labels": labels, "knn": knn, **({"student_epochs": epochs} if epochs else {})})
     reporter = _ProgressReporter(steps, console.err if as_json else console.out)  # `out` here is the --out path
@@ -215,6 +216,10 @@ class _ProgressReporter:
                 self.console.print(line)
             return
 
+        if info["kind"] == "query_generator":  # Private-kNN's in-run DPDFD generator, before the Private-kNN plan
+            self.console.print(f"query generator (DPDFD, ε share {info['epsilon_share']:g} at δ/2): {info['stage']}, "
+                               f"releases {info['releases']}" + (f", loss {info['loss']:.3g}" if "loss" in info else ""))
+            return
         eps = dpdfd.epsilon(sigma=self.sigma, steps=info["releases"], delta=self.delta) if self.sigma else float("inf")
         parts = [f"releases {info['releases']}", f"ε spent {eps:.3f}"]
         if "loss" in info:

@@ -55,7 +55,8 @@ class ConvertOptions:
     method_reason: str = ""
     canaries: int = 0  # Private-kNN: one-run canary audit with this many canaries (convert/canaries.py)
     save_generator: Optional[str] = None  # DPDFD: save the learned generator (+ its DPDFD events) for Private-kNN queries
-    query_generator: Optional[str] = None  # Private-kNN: queries from a saved generator FILE or "prior"
+    query_generator: Optional[str] = None  # Private-kNN: queries from a saved generator FILE, "prior", or "train" (DPDFD in this run)
+    generator_eps: Optional[float] = None  # Private-kNN with --query-generator train: the generator's share of --eps (default half)
 
 
 @dataclass
@@ -132,6 +133,7 @@ class MethodOutput:
     rounds: list
     audit: Optional[dict] = None  # empirical evidence produced during the run (the canary audit)
     extra_files: dict = field(default_factory=dict)  # path → bytes, written all-or-nothing with the model and card
+    generator: Optional[object] = None  # DPDFD: the learned generator (Private-kNN's in-run query generator uses it)
 
 
 def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
@@ -294,7 +296,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
         extra[opts.save_generator] = generator_bytes(generator, opts.generator, spec, cost)
     return MethodOutput(
         student=student, student_name=student_name, probe=job.synthesise(opts.parity_inputs), rounds=rounds, warnings=warnings,
-        extra_files=extra,
+        extra_files=extra, generator=generator,
         guarantee={
             "epsilon": _num(plan["epsilon"]), "delta": opts.delta, "scope": "query", "adjacency": plan["adjacency"],
             "record_level_epsilon": _num(plan["record_level_epsilon"]), "replace_one_epsilon": _num(plan["replace_one_epsilon"]),

@@ -8,7 +8,7 @@ wires it to the query source, the privacy budget and the card.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -42,7 +42,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     if cfg.labels not in ("hard", "soft") or cfg.label_temperature <= 0:
         raise DpconvertError(f"--labels must be soft or hard (got {cfg.labels!r}) and the label temperature > 0")
     _check_round_features(cfg)
-    source = pknn_query_source(opts, spec, cfg)
+    _check_query_flags(opts)
     private = load_data(opts.private_data, spec, require_labels=True)
     n = len(private)
     present = int(torch.unique(private.y).numel())
@@ -52,6 +52,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         raise DpconvertError(f"--k {cfg.k} is larger than half the expected subsample γ·n/2 = {cfg.sampling_rate * n / 2:.0f}; lower --k or raise --sampling-rate")
     if cfg.rounds < 1:
         raise DpconvertError("--rounds must be >= 1")
+    source = pknn_query_source(opts, spec, cfg, teacher=teacher, on_progress=on_progress)  # "train" runs DPDFD here
     threshold = cfg.threshold if cfg.threshold is not None else cfg.threshold_ratio * cfg.k
     knn = resolve_knn(cfg.knn, n)
     total_q = min(cfg.queries or len(source.x), len(source.x))
@@ -135,6 +136,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     composed = source.cost is not None
     return MethodOutput(
         student=student, student_name=student_name, probe=source.x[: opts.parity_inputs], rounds=rounds, warnings=warnings, audit=audit,
+        extra_files=source.extra_files,
         guarantee={
             "epsilon": eps_all["epsilon"], "delta": opts.delta, "scope": "query" if composed else "record",
             "adjacency": ADJACENCY_GENERATOR_PKNN if composed else ADJACENCY_RECORD,
@@ -152,7 +154,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
             "state": accountant.state_dict(),
             "note": "screening charged for every query; noisy argmax (independent Poisson subsample) only for answered queries; "
                     "σ2 calibrated as if every query were answered"
-                    + ("; the query generator's DPDFD events (replayed from its file) composed by basic composition, each part at δ/2" if composed else ""),
+                    + ("; the query generator's DPDFD events (replayed from its file, or from this run) composed by basic composition, each part at δ/2" if composed else ""),
         },
         mechanism={
             "method": "private-knn", "k": cfg.k, "sampling_rate": cfg.sampling_rate, "sampling": "Poisson (independent per record, per query, per step)",
@@ -182,16 +184,29 @@ class QuerySource:
     not_covered: str
     cost: Optional[object] = None  # GeneratorCost of a DPDFD-trained generator
     generator_info: Optional[dict] = None
+    extra_files: dict = field(default_factory=dict)  # the in-run generator, when --save-generator asks for it
 
 
-def pknn_query_source(opts: ConvertOptions, spec, cfg) -> QuerySource:
-    """Queries from --public-data, the data-independent prior, or a saved DPDFD generator (--query-generator)."""
+def _check_query_flags(opts: ConvertOptions) -> None:
+    if opts.public_data and opts.query_generator:
+        raise DpconvertError("give one query source: --public-data PATH or --query-generator (FILE, prior or train), not both")
+    if opts.generator_eps is not None and opts.query_generator != "train":
+        raise DpconvertError("--generator-eps is the in-run generator's share of --eps; use it with --query-generator train")
+    if opts.query_generator == "train":
+        share = opts.generator_eps if opts.generator_eps is not None else opts.eps / 2
+        if not 0 < share < opts.eps:
+            raise DpconvertError(f"--generator-eps must be between 0 and --eps {opts.eps:g} (the rest labels the queries), got {share:g}")
+    if opts.save_generator and opts.query_generator != "train":
+        raise DpconvertError("with --method pknn, --save-generator saves the generator trained in this run: add --query-generator train")
+
+
+def pknn_query_source(opts: ConvertOptions, spec, cfg, teacher=None, on_progress=None) -> QuerySource:
+    """Queries from --public-data, the data-independent prior, a saved DPDFD generator, or one trained now (--query-generator)."""
     import torch
 
     from .data import load_data
 
-    if opts.public_data and opts.query_generator:
-        raise DpconvertError("give one query source: --public-data PATH or --query-generator (FILE or prior), not both")
+    _check_query_flags(opts)
     if opts.public_data:
         public = load_data(opts.public_data, spec)
         if len(public) == 0:
@@ -209,6 +224,8 @@ def pknn_query_source(opts: ConvertOptions, spec, cfg) -> QuerySource:
         prior = create_generator("random_fields", spec)
         return QuerySource(sample_queries(prior, n, spec.num_classes, rng), f"random-field prior ({n} samples; data-independent)",
                            "nothing beyond the above: the queries are data-independent")
+    if opts.query_generator == "train":
+        return _train_query_generator(teacher, opts, n, rng, on_progress)
     from dpconvert.generators.saved import load_saved_generator, sample_queries
 
     saved = load_saved_generator(opts.query_generator)
@@ -221,6 +238,42 @@ def pknn_query_source(opts: ConvertOptions, spec, cfg) -> QuerySource:
                        f"DPDFD generator {Path(opts.query_generator).name} ({saved.name}; {n} samples)",
                        "the teacher beyond the generator's query-level DPDFD guarantee (see record_level_epsilon)",
                        cost=saved.cost, generator_info=info)
+
+
+IN_RUN_GENERATOR = "dafl"  # --query-generator train without --generator
+IN_RUN_MIN_RELEASES = 2  # the generator learns between releases: one release would leave it untrained
+
+
+def _train_query_generator(teacher, opts: ConvertOptions, n: int, rng, on_progress) -> QuerySource:
+    """DPDFD in this run, calibrated to the generator's share of ε at δ/2; its generator then makes the queries.
+
+    The generator is post-processing of DPDFD's noisy releases (it is trained against the student only), so its
+    cost is exactly that run's accountant events, composed into the card like a saved generator's.
+    """
+    from dataclasses import replace
+
+    from dpconvert.generators.saved import GeneratorCost, generator_bytes, sample_queries
+
+    from .pipeline import check_generator_path, run_dpdfd
+
+    share = opts.generator_eps if opts.generator_eps is not None else opts.eps / 2
+    name = opts.generator or IN_RUN_GENERATOR
+    if opts.save_generator:
+        check_generator_path(opts.save_generator, opts.out, True)
+    sub = replace(opts, method="dpdfd", eps=share, delta=opts.delta / 2, noise_multiplier=None, generator=name, save_generator=None,
+                  public_data=None, releases=max(opts.releases, IN_RUN_MIN_RELEASES), method_reason="query generator for Private-kNN")
+    relay = (lambda info: on_progress({**info, "kind": "query_generator", "stage": info["kind"], "epsilon_share": share})) if on_progress else None
+    dpdfd = run_dpdfd(teacher, sub, None, relay)
+    cost = GeneratorCost(dpdfd.accounting["state"], "query", teacher.sha256, dpdfd.guarantee["epsilon"], sub.delta)
+    extra = {opts.save_generator: generator_bytes(dpdfd.generator, name, teacher.spec, cost)} if opts.save_generator else {}
+    m = dpdfd.mechanism
+    info = {"file": None, "trained_in_this_run": True, "architecture": name, "teacher_sha256": teacher.sha256,
+            "dpdfd_epsilon_at_its_delta": cost.card_epsilon, "its_delta": cost.card_delta, "samples": n,
+            "dpdfd": {k: m[k] for k in ("sigma", "clip", "batch_size", "releases", "query_source")}}
+    return QuerySource(sample_queries(dpdfd.generator.eval(), n, teacher.spec.num_classes, rng),
+                       f"DPDFD generator trained in this run ({name}; ε share {share:g} at δ/2; {n} samples)",
+                       "the teacher beyond the generator's query-level DPDFD guarantee (see record_level_epsilon)",
+                       cost=cost, generator_info=info, extra_files=extra)
 
 
 def _pknn_budget(source: QuerySource, opts: ConvertOptions):

@@ -78,6 +78,10 @@ def test_pknn_on_prior_queries_is_record_level(tmp_path, cli):
     (["--eps", "1", "--generator", "dafl_small", "--save-generator", "{d}/g.pt"], "must end in .safetensors"),
     (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--public-data", "builtin:digits", "--query-generator", "prior"], "give one query source"),
     (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "{d}/missing.safetensors"], "no such generator file"),
+    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "prior", "--generator-eps", "0.5"], "use it with --query-generator train"),
+    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "train", "--generator-eps", "1"], "--generator-eps must be between 0"),
+    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "prior", "--save-generator", "{d}/g.safetensors"], "add --query-generator train"),
+    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "train", "--save-generator", "{d}/g.pt"], "must end in .safetensors"),
     (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "{d}/junk.safetensors"], "not a safetensors generator"),
 ])
 def test_bad_generator_inputs(tmp_path, cli, args, needle):
@@ -93,3 +97,28 @@ def test_generator_costing_more_than_eps_is_refused(saved_generator, tmp_path, c
     code, _, err = cli("builtin:digits", "--method", "pknn", "--query-generator", gen, "--eps", "1", *PKNN_FAST, "--out", tmp_path / "s.onnx")
     assert code == 1 and "the query generator alone costs" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_pknn_with_a_generator_trained_in_the_same_run(tmp_path, cli):
+    """--query-generator train: DPDFD at the generator's share of ε (δ/2), then Private-kNN on its samples, composed."""
+    from dpconvert.generators.saved import load_saved_generator
+
+    out, gen = tmp_path / "s.onnx", tmp_path / "g.safetensors"
+    code, _, err = cli("builtin:digits", "--method", "pknn", "--query-generator", "train", "--generator", "dafl_small", "--generator-eps", "3",
+                       "--save-generator", gen, "--batch-size", "1500", "--eps", "8", *PKNN_FAST, "--out", out)
+    assert code == 0, err
+    card = json.loads((tmp_path / "s.onnx.card.json").read_text())
+    g, m = card["guarantee"], card["mechanism"]
+    assert g["scope"] == "query" and card["accounting"]["accountant"] == "pknn+dpdfd_generator" and g["epsilon"] <= 8
+    info = m["query_generator"]
+    assert info["trained_in_this_run"] and info["architecture"] == "dafl_small" and info["dpdfd"]["releases"] == 2  # ≥ 2: it learns between releases
+    events = card["accounting"]["state"]["events"]
+    gen_part = DpdfdAccountant().load_state_dict({"accountant": "dpdfd", "events": [e for e in events if not e["mechanism"].startswith("pknn")]})
+    labels = PknnAccountant().load_state_dict({"accountant": "pknn", "events": [e for e in events if e["mechanism"].startswith("pknn")]})
+    assert gen_part.epsilon(delta=5e-5) == pytest.approx(3.0, rel=1e-6)  # calibrated to its share at δ/2
+    assert g["epsilon"] == pytest.approx(gen_part.epsilon(delta=5e-5) + labels.epsilon(delta=5e-5), rel=1e-9)
+    assert recompute(card)["epsilon"] == pytest.approx(g["epsilon"], rel=1e-9)
+    saved = load_saved_generator(gen)  # written with the model and card; its events are the ones composed here
+    assert saved.cost.accountant_state["events"] == [e for e in events if not e["mechanism"].startswith("pknn")]
+    code, outp, _ = cli("audit", out, "--max-eps", "8")
+    assert code == 0, outp
