@@ -159,7 +159,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         mechanism={
             "method": "private-knn", "k": cfg.k, "sampling_rate": cfg.sampling_rate, "sampling": "Poisson (independent per record, per query, per step)",
             "sigma1": cfg.sigma1, "threshold": threshold, "sigma2": plan["sigma2"], "queries_asked": asked, "queries_answered": answered_total,
-            "rounds": cfg.rounds, "features": f"{cfg.features} (round 1), then the previous round's student"
+            "rounds": cfg.rounds, "features": f"{getattr(first_phi, 'description', cfg.features)} (round 1), then the previous round's student"
                         + (f" beside {cfg.features} (weight {cfg.round_features_weight:g})" if cfg.round_features == "student+first" else ""), "private_records": n,
             "knn_search": KNN_SEARCH[knn], "public_queries": opts.public_data, "query_source": source.description, "labels": _label_description(cfg),
             "noise_rng": f"torch.Generator (CPU) seeded with {opts.seed + 1}", "config": cfg.to_dict(),

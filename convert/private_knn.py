@@ -33,7 +33,7 @@ class PknnConfig:
     sigma2: Optional[float] = None  # argmax noise; calibrated to ε when None
     rounds: int = 2
     queries: Optional[int] = None  # total queries over all rounds (default: every public image)
-    features: str = "hog_pca"  # HOG whitened on the public queries (first round); "hog" is seed 000's
+    features: str = "hog_pca"  # HOG on the public queries' 48 whitened principal directions (first round); "hog" is seed 000's
     student_epochs: int = 40
     student_lr: float = 2e-3
     minibatch: int = 128

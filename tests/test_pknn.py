@@ -215,8 +215,7 @@ def test_hog_pca_is_fitted_on_public_images_only():
     assert not torch.allclose(phi(public[:3]), other(public[:3]))  # the projection comes from the public set given
     with pytest.raises(ValueError, match="public images"):
         FEATURES.get("hog_pca")(spec, None)
-
-
+    assert FEATURES.get("hog_pca")(spec, public)(public[:2]).shape == (2, 48)  # default: 48 public principal directions
 
 
 @pytest.mark.parametrize("oversample", [2.0, 0.3])  # 0.3: too few candidates → the full-mask fallback runs for most queries
