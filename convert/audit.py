@@ -29,6 +29,7 @@ class Policy:
     max_record_eps: Optional[float] = None
     min_accuracy: Optional[float] = None
     allow_missing: bool = False
+    require_secret_noise: bool = False
 
     def __post_init__(self) -> None:
         if self.require_scope not in (None, "query", "record"):
@@ -222,10 +223,23 @@ def _apply_policy(a: ModelAudit, data: dict, p: Policy) -> None:
     if p.max_record_eps is not None:
         ok = a.record_level_epsilon <= p.max_record_eps
         a.add("policy max record-level ε", ok, "" if ok else f"record-level ε={a.record_level_epsilon:.4g} > {p.max_record_eps:g}")
+    if p.require_secret_noise:
+        from .noise import is_secret
+
+        rngs = [m.get("noise_rng", "") for m in _mechanism_blocks(data)]
+        ok = bool(rngs) and all(is_secret(r) for r in rngs)
+        a.add("policy secret noise", ok, "" if ok else "the DP noise was seeded from the seed on the card (reconvert with --secret-noise)")
     if p.min_accuracy is not None:
         acc = (data.get("utility") or {}).get("student_accuracy")
         ok = acc is not None and acc >= p.min_accuracy
         a.add("policy min accuracy", ok, "" if ok else ("no accuracy on the card" if acc is None else f"accuracy {acc:.4f} < {p.min_accuracy:g}"))
+
+
+def _mechanism_blocks(data: dict) -> list[dict]:
+    """The card's mechanism and, for Private-kNN on an in-run generator, that generator's DPDFD mechanism."""
+    m = data.get("mechanism") or {}
+    inner = (m.get("query_generator") or {}).get("dpdfd")
+    return [m] + ([inner] if inner else [])
 
 
 def _check_runs(a: ModelAudit, model_path: Path, input_shape: list) -> None:

@@ -138,6 +138,7 @@ def convert(
     labels: Annotated[str, typer.Option("--labels", help="Private-kNN: student targets from the released noisy vote histogram: soft (tempered softmax) or hard (argmax). Same ε.")] = PKNN_DEFAULTS["labels"],
     save_generator: Annotated[Optional[str], typer.Option("--save-generator", help="Save the learned generator and its DPDFD cost to FILE.safetensors (DPDFD with --generator; Private-kNN with --query-generator train).")] = None,
     query_generator: Annotated[Optional[str], typer.Option("--query-generator", help="Private-kNN: queries from a generator FILE saved with --save-generator (its cost is composed in), 'train' (DPDFD trains one in this run, cost composed in) or 'prior' (data-independent).")] = None,
+    secret_noise: Annotated[bool, typer.Option("--secret-noise", help="Draw the DP noise and subsamples from an OS-entropy seed that is never recorded (for a public release; the student is then not reproducible). Default: seeded from --seed, with a warning on the card.")] = False,
     generator_eps: Annotated[Optional[float], typer.Option("--generator-eps", help="Private-kNN with --query-generator train: the generator's share of --eps (default half); the rest labels the queries.")] = None,
 ) -> None:
     """Convert TEACHER into a DP student (DPDFD or Private-kNN) with an ONNX export and a privacy card."""
@@ -156,6 +157,7 @@ def convert(
                           command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
                           method=method, private_data=private_data, public_data=public_data, canaries=canaries,
                           save_generator=save_generator, query_generator=query_generator, generator_eps=generator_eps,
+                          secret_noise=secret_noise,
                           pknn={"k": k, "sampling_rate": sampling_rate, "sigma1": sigma1, "threshold": threshold, "sigma2": sigma2,
                                 "rounds": rounds, "queries": queries, "features": features, "labels": labels, "knn": knn, **({"student_epochs": epochs} if epochs else {})})
     reporter = _ProgressReporter(steps, console.err if as_json else console.out)  # `out` here is the --out path
@@ -280,6 +282,7 @@ def audit(
     max_record_eps: Annotated[Optional[float], typer.Option("--max-record-eps", help="Fail models whose record-level ε exceeds this.")] = None,
     min_accuracy: Annotated[Optional[float], typer.Option("--min-accuracy", help="Fail models whose card reports lower student accuracy.")] = None,
     allow_missing: Annotated[bool, typer.Option("--allow-missing", help="Models without a card pass (reported as 'no DP guarantee').")] = False,
+    require_secret_noise: Annotated[bool, typer.Option("--require-secret-noise", help="Fail models whose DP noise was seeded from the seed on their card (converted without --secret-noise).")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the full report as JSON to this file.")] = None,
     members: Annotated[Optional[str], typer.Option("--members", help="Membership inference: data the model was trained on (labelled).")] = None,
     non_members: Annotated[Optional[str], typer.Option("--non-members", help="Membership inference: data it was not trained on (labelled).")] = None,
@@ -302,7 +305,7 @@ def audit(
     from .errors import DpconvertError
 
     try:
-        policy = Policy(max_eps, max_delta, require_scope, max_record_eps, min_accuracy, allow_missing)
+        policy = Policy(max_eps, max_delta, require_scope, max_record_eps, min_accuracy, allow_missing, require_secret_noise)
         results = run_audit(paths, policy)
         if (members is None) != (non_members is None):
             raise DpconvertError("membership inference needs both --members and --non-members")

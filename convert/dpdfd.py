@@ -109,7 +109,8 @@ def _batched(fn: Callable, x: torch.Tensor, size: int) -> torch.Tensor:
 
 class Dpdfd:
     def __init__(self, teacher: Callable, student: torch.nn.Module, generator: Optional[torch.nn.Module], cfg: DpdfdConfig,
-                 accountant: DpdfdAccountant, device: str = "cpu", prior: Optional[torch.nn.Module] = None) -> None:
+                 accountant: DpdfdAccountant, device: str = "cpu", prior: Optional[torch.nn.Module] = None,
+                 noise_rng: Optional[torch.Generator] = None) -> None:
         self.teacher, self.student, self.cfg = teacher, student.to(device), cfg
         self.generator = generator.to(device) if generator is not None else None
         self.prior = prior.to(device) if prior is not None else None
@@ -118,7 +119,8 @@ class Dpdfd:
         if cfg.distill_loss != "ce" and cfg.student_target != "paper":
             raise ValueError("label decoding (score/posterior targets) assumes the CE release; use student_target='paper' with kd")
         self.device = device
-        self.noise_rng = torch.Generator().manual_seed(cfg.seed + 1)  # the DP noise: its own explicitly seeded stream
+        # the DP noise: its own stream (convert/noise.py: seeded from --seed, or secret)
+        self.noise_rng = noise_rng if noise_rng is not None else torch.Generator().manual_seed(cfg.seed + 1)
         self.mechanism = NormalisedGaussianRelease(sigma=cfg.sigma, clip=cfg.clip, accountant=accountant, generator=self.noise_rng)
         self.accountant = accountant
         self.opt_s = torch.optim.Adam(self.student.parameters(), lr=cfg.student_lr)

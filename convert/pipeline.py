@@ -57,6 +57,7 @@ class ConvertOptions:
     save_generator: Optional[str] = None  # DPDFD: save the learned generator (+ its DPDFD events) for Private-kNN queries
     query_generator: Optional[str] = None  # Private-kNN: queries from a saved generator FILE, "prior", or "train" (DPDFD in this run)
     generator_eps: Optional[float] = None  # Private-kNN with --query-generator train: the generator's share of --eps (default half)
+    secret_noise: bool = False  # draw the mechanism's noise/subsamples from an OS-entropy seed that is never recorded (convert/noise.py)
 
 
 @dataclass
@@ -227,6 +228,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
     from .accounting import DpdfdAccountant, library_versions
     from .dpdfd import Dpdfd, DpdfdConfig
     from .generators import create_generator
+    from .noise import SEEDED_WARNING, mechanism_rng
     from .students import create_student, default_student_name
 
     if opts.clip <= 0:
@@ -276,7 +278,10 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
             raise DpconvertError(f"unknown DPDFD setting {k!r}")
         setattr(cfg, k, v)
     accountant = DpdfdAccountant()
-    job = Dpdfd(teacher, student, generator, cfg, accountant, device=opts.device, prior=prior)
+    noise_rng, noise_desc = mechanism_rng(cfg.seed, opts.secret_noise)
+    if not opts.secret_noise:
+        warnings.append(SEEDED_WARNING)
+    job = Dpdfd(teacher, student, generator, cfg, accountant, device=opts.device, prior=prior, noise_rng=noise_rng)
     if on_progress:
         job.attach_holdout()
     rounds: list = []
@@ -315,7 +320,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
         mechanism={
             "method": "dpdfd",
             "sigma": plan["sigma"], "clip": opts.clip, "batch_size": batch_size, "releases": opts.releases,
-            "distill_loss": cfg.distill_loss, "noise_rng": f"torch.Generator (CPU) seeded with {cfg.seed + 1}",
+            "distill_loss": cfg.distill_loss, "noise_rng": noise_desc,
             "query_source": source + (f" + {opts.generator} generator" if generator is not None else "")
                             + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
             "config": cfg.to_dict(),

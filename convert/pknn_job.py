@@ -25,6 +25,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     from .accounting.pknn import ADJACENCY_RECORD
     from .data import load_data
     from .features import batched_features, create_features
+    from .noise import SEEDED_WARNING, mechanism_rng
     from .planning import plan_pknn
     from .private_knn import (PknnConfig, PknnMechanism, confident_pseudo_labels, histogram_targets, resolve_knn,
                               train_classifier)
@@ -78,7 +79,9 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         on_plan(plan)
 
     torch.manual_seed(opts.seed)
-    rng = torch.Generator().manual_seed(opts.seed + 1)  # subsampling and noise: explicitly seeded, on the card
+    rng, noise_desc = mechanism_rng(opts.seed, opts.secret_noise)  # subsampling and noise (convert/noise.py)
+    if not opts.secret_noise:
+        warnings.append(SEEDED_WARNING)
     train_rng = torch.Generator().manual_seed(opts.seed)
     order = torch.randperm(len(source.x), generator=train_rng)[:total_q]
     # with --canaries the mechanism sees the canaries as ordinary private records
@@ -162,7 +165,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
             "rounds": cfg.rounds, "features": f"{getattr(first_phi, 'description', cfg.features)} (round 1), then the previous round's student"
                         + (f" beside {cfg.features} (weight {cfg.round_features_weight:g})" if cfg.round_features == "student+first" else ""), "private_records": n,
             "knn_search": KNN_SEARCH[knn], "public_queries": opts.public_data, "query_source": source.description, "labels": _label_description(cfg),
-            "noise_rng": f"torch.Generator (CPU) seeded with {opts.seed + 1}", "config": cfg.to_dict(),
+            "noise_rng": noise_desc, "config": cfg.to_dict(),
             **({"query_generator": source.generator_info} if composed else {}),
         },
     )
@@ -242,6 +245,7 @@ def pknn_query_source(opts: ConvertOptions, spec, cfg, teacher=None, on_progress
 
 IN_RUN_GENERATOR = "dafl"  # --query-generator train without --generator
 IN_RUN_MIN_RELEASES = 2  # the generator learns between releases: one release would leave it untrained
+IN_RUN_SEED_OFFSET = 1000
 
 
 def _train_query_generator(teacher, opts: ConvertOptions, n: int, rng, on_progress) -> QuerySource:
@@ -260,7 +264,8 @@ def _train_query_generator(teacher, opts: ConvertOptions, n: int, rng, on_progre
     name = opts.generator or IN_RUN_GENERATOR
     if opts.save_generator:
         check_generator_path(opts.save_generator, opts.out, True)
-    sub = replace(opts, method="dpdfd", eps=share, delta=opts.delta / 2, noise_multiplier=None, generator=name, save_generator=None,
+    # seed + IN_RUN_SEED_OFFSET: with seeded noise the generator's DPDFD stream must not replay Private-kNN's (seed + 1)
+    sub = replace(opts, seed=opts.seed + IN_RUN_SEED_OFFSET, method="dpdfd", eps=share, delta=opts.delta / 2, noise_multiplier=None, generator=name, save_generator=None,
                   public_data=None, releases=max(opts.releases, IN_RUN_MIN_RELEASES), method_reason="query generator for Private-kNN")
     relay = (lambda info: on_progress({**info, "kind": "query_generator", "stage": info["kind"], "epsilon_share": share})) if on_progress else None
     dpdfd = run_dpdfd(teacher, sub, None, relay)
@@ -269,7 +274,7 @@ def _train_query_generator(teacher, opts: ConvertOptions, n: int, rng, on_progre
     m = dpdfd.mechanism
     info = {"file": None, "trained_in_this_run": True, "architecture": name, "teacher_sha256": teacher.sha256,
             "dpdfd_epsilon_at_its_delta": cost.card_epsilon, "its_delta": cost.card_delta, "samples": n,
-            "dpdfd": {k: m[k] for k in ("sigma", "clip", "batch_size", "releases", "query_source")}}
+            "dpdfd": {k: m[k] for k in ("sigma", "clip", "batch_size", "releases", "query_source", "noise_rng")}}
     return QuerySource(sample_queries(dpdfd.generator.eval(), n, teacher.spec.num_classes, rng),
                        f"DPDFD generator trained in this run ({name}; ε share {share:g} at δ/2; {n} samples)",
                        "the teacher beyond the generator's query-level DPDFD guarantee (see record_level_epsilon)",

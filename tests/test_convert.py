@@ -70,6 +70,25 @@ def test_same_seed_same_student(tmp_path, cli):
     assert hashes[0] == hashes[1]
 
 
+def test_secret_noise_is_unrecorded_and_seeded_noise_is_flagged(tmp_path, cli):
+    """--secret-noise: the same --seed gives different noise (an unrecorded OS-entropy seed); the seeded default warns and fails the gate."""
+    cards = {}
+    for name, extra in (("seeded.onnx", []), ("secret1.onnx", ["--secret-noise"]), ("secret2.onnx", ["--secret-noise"])):
+        code, _, err = cli("convert", "builtin:digits", "--out", tmp_path / name, "--seed", "3", *extra, *FAST)
+        assert code == 0, err
+        cards[name] = PrivacyCard.read(tmp_path / f"{name}.card.json")
+    seeded, s1, s2 = cards["seeded.onnx"].data, cards["secret1.onnx"].data, cards["secret2.onnx"].data
+    assert "seeded with 4" in seeded["mechanism"]["noise_rng"] and any("--secret-noise" in w for w in seeded["warnings"])
+    assert "OS entropy" in s1["mechanism"]["noise_rng"] and not any("--secret-noise" in w for w in s1["warnings"])
+    assert "4" not in s1["mechanism"]["noise_rng"]  # the secret seed is written nowhere on the card
+    assert cards["secret1.onnx"].model_sha256 != cards["secret2.onnx"].model_sha256  # same --seed, fresh noise
+    assert s1["guarantee"]["epsilon"] == seeded["guarantee"]["epsilon"]  # same mechanism, same ε
+    code, outp, _ = cli("audit", tmp_path / "seeded.onnx", "--require-secret-noise")
+    assert code == 1 and "secret noise" in outp
+    code, outp, _ = cli("audit", tmp_path / "secret1.onnx", tmp_path / "secret2.onnx", "--require-secret-noise")
+    assert code == 0, outp
+
+
 def test_noise_multiplier_gives_computed_epsilon(tmp_path, cli):
     code, out, err = cli("builtin:digits", "--noise-multiplier", "20", "--out", tmp_path / "s.onnx", "--json", *FAST)
     assert code == 0, err

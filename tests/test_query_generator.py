@@ -111,6 +111,8 @@ def test_pknn_with_a_generator_trained_in_the_same_run(tmp_path, cli):
     g, m = card["guarantee"], card["mechanism"]
     assert g["scope"] == "query" and card["accounting"]["accountant"] == "pknn+dpdfd_generator" and g["epsilon"] <= 8
     info = m["query_generator"]
+    # with seeded noise the generator's DPDFD stream and Private-kNN's stream come from different seeds
+    assert "seeded with 1001" in info["dpdfd"]["noise_rng"] and "seeded with 1 " in m["noise_rng"]
     assert info["trained_in_this_run"] and info["architecture"] == "dafl_small" and info["dpdfd"]["releases"] == 2  # ≥ 2: it learns between releases
     events = card["accounting"]["state"]["events"]
     gen_part = DpdfdAccountant().load_state_dict({"accountant": "dpdfd", "events": [e for e in events if not e["mechanism"].startswith("pknn")]})
