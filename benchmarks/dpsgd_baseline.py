@@ -16,11 +16,11 @@ SGD with momentum); evaluated on the same last 5k test images.
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import sys
 import time
-from pathlib import Path
+
+from _results import report  # benchmarks/_results.py (the script's folder is on sys.path)
 
 import torch
 import torch.nn.functional as F
@@ -85,11 +85,7 @@ def main() -> None:
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "command": "python benchmarks/dpsgd_baseline.py " + " ".join(sys.argv[1:]),
     }
-    print(json.dumps(r, indent=2))
-    if args.json:
-        path = Path(args.json)
-        old = json.loads(path.read_text()) if path.exists() else []
-        path.write_text(json.dumps(old + [r], indent=2) + "\n")
+    report(r, args.json)
 
 
 if __name__ == "__main__":

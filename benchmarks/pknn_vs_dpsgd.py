@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _results import report  # benchmarks/_results.py (the script's folder is on sys.path)
+
 HERE = Path(__file__).parent
 
 
@@ -49,11 +51,7 @@ def main() -> None:
         "private_knn_ahead_by": pknn["student_accuracy"] - dpsgd["student_accuracy"],
         "command": "python benchmarks/pknn_vs_dpsgd.py " + " ".join(sys.argv[1:]),
     }
-    print(json.dumps(row, indent=2))
-    if a.json:
-        path = Path(a.json)
-        old = json.loads(path.read_text()) if path.exists() else []
-        path.write_text(json.dumps(old + [row], indent=2) + "\n")
+    report(row, a.json)
 
 
 if __name__ == "__main__":

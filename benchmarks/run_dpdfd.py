@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _results import append_row  # benchmarks/_results.py (the script's folder is on sys.path)
+
 
 def single(args) -> dict:
     import torch
@@ -93,11 +95,7 @@ def main() -> None:
         r = json.loads(line[len("RESULT "):])
         r["command"] = " ".join(["python", "benchmarks/run_dpdfd.py"] + sys.argv[1:])
         results.append(r)
-        if args.json:  # append as we go: a later failure keeps the finished runs
-            path = Path(args.json)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            old = json.loads(path.read_text()) if path.exists() else []
-            path.write_text(json.dumps(old + [r], indent=2) + "\n")
+        append_row(r, args.json)  # as we go: a later failure keeps the finished runs
         print(f"eps={eps}: student {r['student_accuracy']:.4f} (teacher {r['teacher_accuracy']:.4f}), ε={r['epsilon']}, "
               f"{r['wall_seconds']} s, {r['rows_per_second']} rows/s, peak {r['peak_rss_mib']} MiB, shares {r['time_share']}", flush=True)
 

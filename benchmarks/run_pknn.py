@@ -15,6 +15,8 @@ import resource
 import time
 from pathlib import Path
 
+from _results import report  # benchmarks/_results.py (the script's folder is on sys.path)
+
 import numpy as np
 
 from dpconvert.data import read_raw
@@ -86,12 +88,7 @@ def main() -> None:
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "command": "python benchmarks/run_pknn.py " + " ".join(sys.argv[1:]),
     }
-    print(json.dumps(r, indent=2))
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        old = json.loads(path.read_text()) if path.exists() else []
-        path.write_text(json.dumps(old + [r], indent=2) + "\n")
+    report(r, args.json)
 
 
 if __name__ == "__main__":
