@@ -224,10 +224,7 @@ def _apply_policy(a: ModelAudit, data: dict, p: Policy) -> None:
         ok = a.record_level_epsilon <= p.max_record_eps
         a.add("policy max record-level ε", ok, "" if ok else f"record-level ε={a.record_level_epsilon:.4g} > {p.max_record_eps:g}")
     if p.require_secret_noise:
-        from .noise import is_secret
-
-        rngs = [m.get("noise_rng", "") for m in _mechanism_blocks(data)]
-        ok = bool(rngs) and all(is_secret(r) for r in rngs)
+        ok = all(m.get("noise_secret") is True for m in _mechanism_blocks(data))  # older cards lack the field: not secret
         a.add("policy secret noise", ok, "" if ok else "the DP noise was seeded from the seed on the card (reconvert with --secret-noise)")
     if p.min_accuracy is not None:
         acc = (data.get("utility") or {}).get("student_accuracy")

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from .accounting import DpdfdAccountant
 from .mechanisms import NormalisedGaussianRelease
+from .noise import mechanism_rng
 
 
 @dataclass
@@ -120,7 +121,7 @@ class Dpdfd:
             raise ValueError("label decoding (score/posterior targets) assumes the CE release; use student_target='paper' with kd")
         self.device = device
         # the DP noise: its own stream (convert/noise.py: seeded from --seed, or secret)
-        self.noise_rng = noise_rng if noise_rng is not None else torch.Generator().manual_seed(cfg.seed + 1)
+        self.noise_rng = noise_rng if noise_rng is not None else mechanism_rng(cfg.seed, secret=False)[0]
         self.mechanism = NormalisedGaussianRelease(sigma=cfg.sigma, clip=cfg.clip, accountant=accountant, generator=self.noise_rng)
         self.accountant = accountant
         self.opt_s = torch.optim.Adam(self.student.parameters(), lr=cfg.student_lr)

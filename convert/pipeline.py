@@ -278,7 +278,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
             raise DpconvertError(f"unknown DPDFD setting {k!r}")
         setattr(cfg, k, v)
     accountant = DpdfdAccountant()
-    noise_rng, noise_desc = mechanism_rng(cfg.seed, opts.secret_noise)
+    noise_rng, noise_info = mechanism_rng(cfg.seed, opts.secret_noise)
     if not opts.secret_noise:
         warnings.append(SEEDED_WARNING)
     job = Dpdfd(teacher, student, generator, cfg, accountant, device=opts.device, prior=prior, noise_rng=noise_rng)
@@ -320,7 +320,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
         mechanism={
             "method": "dpdfd",
             "sigma": plan["sigma"], "clip": opts.clip, "batch_size": batch_size, "releases": opts.releases,
-            "distill_loss": cfg.distill_loss, "noise_rng": noise_desc,
+            "distill_loss": cfg.distill_loss, **noise_info,
             "query_source": source + (f" + {opts.generator} generator" if generator is not None else "")
                             + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
             "config": cfg.to_dict(),

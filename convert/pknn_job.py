@@ -79,7 +79,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         on_plan(plan)
 
     torch.manual_seed(opts.seed)
-    rng, noise_desc = mechanism_rng(opts.seed, opts.secret_noise)  # subsampling and noise (convert/noise.py)
+    rng, noise_info = mechanism_rng(opts.seed, opts.secret_noise)  # subsampling and noise (convert/noise.py)
     if not opts.secret_noise:
         warnings.append(SEEDED_WARNING)
     train_rng = torch.Generator().manual_seed(opts.seed)
@@ -165,7 +165,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
             "rounds": cfg.rounds, "features": f"{getattr(first_phi, 'description', cfg.features)} (round 1), then the previous round's student"
                         + (f" beside {cfg.features} (weight {cfg.round_features_weight:g})" if cfg.round_features == "student+first" else ""), "private_records": n,
             "knn_search": KNN_SEARCH[knn], "public_queries": opts.public_data, "query_source": source.description, "labels": _label_description(cfg),
-            "noise_rng": noise_desc, "config": cfg.to_dict(),
+            **noise_info, "config": cfg.to_dict(),
             **({"query_generator": source.generator_info} if composed else {}),
         },
     )
@@ -274,7 +274,7 @@ def _train_query_generator(teacher, opts: ConvertOptions, n: int, rng, on_progre
     m = dpdfd.mechanism
     info = {"file": None, "trained_in_this_run": True, "architecture": name, "teacher_sha256": teacher.sha256,
             "dpdfd_epsilon_at_its_delta": cost.card_epsilon, "its_delta": cost.card_delta, "samples": n,
-            "dpdfd": {k: m[k] for k in ("sigma", "clip", "batch_size", "releases", "query_source", "noise_rng")}}
+            "dpdfd": {k: m[k] for k in ("sigma", "clip", "batch_size", "releases", "query_source", "noise_rng", "noise_secret")}}
     return QuerySource(sample_queries(dpdfd.generator.eval(), n, teacher.spec.num_classes, rng),
                        f"DPDFD generator trained in this run ({name}; ε share {share:g} at δ/2; {n} samples)",
                        "the teacher beyond the generator's query-level DPDFD guarantee (see record_level_epsilon)",

@@ -79,6 +79,7 @@ def test_secret_noise_is_unrecorded_and_seeded_noise_is_flagged(tmp_path, cli):
         cards[name] = PrivacyCard.read(tmp_path / f"{name}.card.json")
     seeded, s1 = cards["seeded.onnx"].data, cards["secret1.onnx"].data
     assert "seeded with 4" in seeded["mechanism"]["noise_rng"] and any("--secret-noise" in w for w in seeded["warnings"])
+    assert seeded["mechanism"]["noise_secret"] is False and s1["mechanism"]["noise_secret"] is True
     assert "OS entropy" in s1["mechanism"]["noise_rng"] and not any("--secret-noise" in w for w in s1["warnings"])
     assert "4" not in s1["mechanism"]["noise_rng"]  # the secret seed is written nowhere on the card
     assert cards["secret1.onnx"].model_sha256 != cards["secret2.onnx"].model_sha256  # same --seed, fresh noise
