@@ -53,8 +53,15 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         raise DpconvertError(f"--k {cfg.k} is larger than half the expected subsample γ·n/2 = {cfg.sampling_rate * n / 2:.0f}; lower --k or raise --sampling-rate")
     if cfg.rounds < 1:
         raise DpconvertError("--rounds must be >= 1")
-    source = pknn_query_source(opts, spec, cfg, teacher=teacher, on_progress=on_progress)  # "train" runs DPDFD here
     threshold = cfg.threshold if cfg.threshold is not None else cfg.threshold_ratio * cfg.k
+
+    def label_plan(eps_labels, delta_labels, queries):
+        return plan_pknn(eps=eps_labels, delta=delta_labels, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1,
+                         threshold=threshold, sigma2=cfg.sigma2, num_classes=spec.num_classes, queries=queries, answered=queries)
+
+    if opts.query_generator == "train":  # fail before minutes of DPDFD if what the generator leaves cannot pay for the labels
+        label_plan(opts.eps - _generator_share(opts), opts.delta / 2, cfg.queries or GENERATOR_QUERIES)
+    source = pknn_query_source(opts, spec, cfg, teacher=teacher, on_progress=on_progress)  # "train" runs DPDFD here
     knn = resolve_knn(cfg.knn, n)
     total_q = min(cfg.queries or len(source.x), len(source.x))
     if total_q < cfg.rounds:
@@ -65,8 +72,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     accountant, eps_labels, delta_labels = _pknn_budget(source, opts)
     # σ2 is fixed before any private data is touched, calibrated as if every query were answered:
     # the realised ε (answered queries only) can only be smaller.
-    plan = plan_pknn(eps=eps_labels, delta=delta_labels, k=cfg.k, sampling_rate=cfg.sampling_rate, sigma1=cfg.sigma1, threshold=threshold,
-                     sigma2=cfg.sigma2, num_classes=spec.num_classes, queries=total_q, answered=total_q)
+    plan = label_plan(eps_labels, delta_labels, total_q)
     if cfg.sigma2 is not None and plan["epsilon"] > eps_labels:
         raise DpconvertError(f"--sigma2 {cfg.sigma2} gives ε={plan['epsilon']:.3f} > {eps_labels:.3f} if every query is answered; raise --sigma2 or ask fewer --queries")
     if source.cost is not None:  # the plan table shows both parts of the composition
@@ -196,11 +202,20 @@ def _check_query_flags(opts: ConvertOptions) -> None:
     if opts.generator_eps is not None and opts.query_generator != "train":
         raise DpconvertError("--generator-eps is the in-run generator's share of --eps; use it with --query-generator train")
     if opts.query_generator == "train":
-        share = opts.generator_eps if opts.generator_eps is not None else opts.eps / 2
+        share = _generator_share(opts)
         if not 0 < share < opts.eps:
             raise DpconvertError(f"--generator-eps must be between 0 and --eps {opts.eps:g} (the rest labels the queries), got {share:g}")
     if opts.save_generator and opts.query_generator != "train":
         raise DpconvertError("with --method pknn, --save-generator saves the generator trained in this run: add --query-generator train")
+    if opts.save_generator:
+        from .pipeline import check_generator_path
+
+        check_generator_path(opts.save_generator, opts.out, True)
+
+
+def _generator_share(opts: ConvertOptions) -> float:
+    """The in-run generator's part of --eps (at δ/2): --generator-eps, or half."""
+    return opts.generator_eps if opts.generator_eps is not None else opts.eps / 2
 
 
 def pknn_query_source(opts: ConvertOptions, spec, cfg, teacher=None, on_progress=None) -> QuerySource:
@@ -258,12 +273,10 @@ def _train_query_generator(teacher, opts: ConvertOptions, n: int, rng, on_progre
 
     from dpconvert.generators.saved import GeneratorCost, generator_bytes, sample_queries
 
-    from .pipeline import check_generator_path, run_dpdfd
+    from .pipeline import run_dpdfd
 
-    share = opts.generator_eps if opts.generator_eps is not None else opts.eps / 2
+    share = _generator_share(opts)
     name = opts.generator or IN_RUN_GENERATOR
-    if opts.save_generator:
-        check_generator_path(opts.save_generator, opts.out, True)
     # seed + IN_RUN_SEED_OFFSET: with seeded noise the generator's DPDFD stream must not replay Private-kNN's (seed + 1)
     sub = replace(opts, seed=opts.seed + IN_RUN_SEED_OFFSET, method="dpdfd", eps=share, delta=opts.delta / 2, noise_multiplier=None, generator=name, save_generator=None,
                   public_data=None, releases=max(opts.releases, IN_RUN_MIN_RELEASES), method_reason="query generator for Private-kNN")

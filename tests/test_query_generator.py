@@ -82,6 +82,8 @@ def test_pknn_on_prior_queries_is_record_level(tmp_path, cli):
     (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "train", "--generator-eps", "1"], "--generator-eps must be between 0"),
     (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "prior", "--save-generator", "{d}/g.safetensors"], "add --query-generator train"),
     (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "train", "--save-generator", "{d}/g.pt"], "must end in .safetensors"),
+    # checked before the generator is trained: what it leaves (0.05 at δ/2) cannot pay for screening 300 queries
+    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "train", "--generator-eps", "0.95"], "screening alone already costs"),
     (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "{d}/junk.safetensors"], "not a safetensors generator"),
 ])
 def test_bad_generator_inputs(tmp_path, cli, args, needle):
