@@ -224,8 +224,7 @@ def pknn_query_source(opts: ConvertOptions, spec, cfg, teacher=None, on_progress
 
     from .data import load_data
 
-    _check_query_flags(opts)
-    if opts.public_data:
+    if opts.public_data:  # the flags were checked by run_pknn (_check_query_flags) before the private data was loaded
         public = load_data(opts.public_data, spec)
         if len(public) == 0:
             raise DpconvertError(f"{opts.public_data}: the public set is empty; give public images to label")
@@ -271,19 +270,18 @@ def _train_query_generator(teacher, opts: ConvertOptions, n: int, rng, on_progre
     """
     from dataclasses import replace
 
-    from dpconvert.generators.saved import GeneratorCost, generator_bytes, sample_queries
+    from dpconvert.generators.saved import GeneratorCost, sample_queries
 
     from .pipeline import run_dpdfd
 
     share = _generator_share(opts)
     name = opts.generator or IN_RUN_GENERATOR
     # seed + IN_RUN_SEED_OFFSET: with seeded noise the generator's DPDFD stream must not replay Private-kNN's (seed + 1)
-    sub = replace(opts, seed=opts.seed + IN_RUN_SEED_OFFSET, method="dpdfd", eps=share, delta=opts.delta / 2, noise_multiplier=None, generator=name, save_generator=None,
+    sub = replace(opts, seed=opts.seed + IN_RUN_SEED_OFFSET, method="dpdfd", eps=share, delta=opts.delta / 2, noise_multiplier=None, generator=name,
                   public_data=None, releases=max(opts.releases, IN_RUN_MIN_RELEASES), method_reason="query generator for Private-kNN")
     relay = (lambda info: on_progress({**info, "kind": "query_generator", "stage": info["kind"], "epsilon_share": share})) if on_progress else None
     dpdfd = run_dpdfd(teacher, sub, None, relay)
     cost = GeneratorCost(dpdfd.accounting["state"], "query", teacher.sha256, dpdfd.guarantee["epsilon"], sub.delta)
-    extra = {opts.save_generator: generator_bytes(dpdfd.generator, name, teacher.spec, cost)} if opts.save_generator else {}
     m = dpdfd.mechanism
     info = {"file": None, "trained_in_this_run": True, "architecture": name, "teacher_sha256": teacher.sha256,
             "dpdfd_epsilon_at_its_delta": cost.card_epsilon, "its_delta": cost.card_delta, "samples": n,
@@ -291,7 +289,7 @@ def _train_query_generator(teacher, opts: ConvertOptions, n: int, rng, on_progre
     return QuerySource(sample_queries(dpdfd.generator.eval(), n, teacher.spec.num_classes, rng),
                        f"DPDFD generator trained in this run ({name}; ε share {share:g} at δ/2; {n} samples)",
                        "the teacher beyond the generator's query-level DPDFD guarantee (see record_level_epsilon)",
-                       cost=cost, generator_info=info, extra_files=extra)
+                       cost=cost, generator_info=info, extra_files=dpdfd.extra_files)  # --save-generator: written by run_dpdfd's own path
 
 
 def _pknn_budget(source: QuerySource, opts: ConvertOptions):
