@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from .accounting import DpdfdAccountant
 from .mechanisms import NormalisedGaussianRelease
 from .noise import mechanism_rng
+from .registry import Registry
 
 
 @dataclass
@@ -36,8 +37,13 @@ class DpdfdConfig:
     sigma: float = 0.0  # noise multiplier (std σ·C per entry)
     clip: float = 1.0  # C: row norm after normalisation
     target_step: float = 5.0  # γ in y_s = s − γ·g̃ (seed 003 Alg. 1 line 10)
-    distill_loss: str = "ce"  # L_T: "ce" on the teacher argmax (paper) or "kd" (soft teacher probabilities)
-    student_target: str = "score"  # "score": MSE to decoded label scores; "posterior": CE to Bayes soft labels; "paper": MSE to y_s
+    # L_T (DISTILL_LOSSES): "logits" (centred logit matching; default, chosen by benchmark: benchmarks/RESULTS.md §1),
+    # "ce" on the teacher argmax (the paper's choice) or "kd" (soft probabilities at kd_temperature)
+    distill_loss: str = "logits"
+    # None → "score" for ce, "centred" otherwise. "score": MSE to decoded label scores; "posterior": CE to Bayes soft
+    # labels (both ce only); "paper": MSE to y_s; "centred": the paper's y_s compared shift-invariantly
+    student_target: Optional[str] = None
+    zero_head: Optional[bool] = None  # zero the student's classifier first, so the first release is taken at s = 0 (None → not ce)
     score_scale: float = 5.0  # λ: logit gap the clean score target corresponds to
     posterior_prior: str = "student"  # prior of the decoding: "student" (its current prediction, as in ALIBI) or "uniform"
     refine_epochs: int = 0  # after the last release: epochs of CE on the posterior with the student as prior (ALIBI-style)
@@ -55,6 +61,12 @@ class DpdfdConfig:
     prior_pool: int = 1  # after the first release, draw pool×n prior samples and keep a class-balanced, student-confident n
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.student_target is None:
+            self.student_target = "score" if self.distill_loss == "ce" else "centred"
+        if self.zero_head is None:
+            self.zero_head = self.distill_loss != "ce"
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -69,15 +81,39 @@ class RoundInfo:
     times: dict
 
 
+# L_T: closed-form per-sample gradient ∂L_T/∂s (ALGORITHMS.md §2 step 4), by name.
+DISTILL_LOSSES: Registry[Callable] = Registry("distillation loss")
+
+
+@DISTILL_LOSSES.register("ce")
+def _ce_gradient(student_logits, teacher_logits, cfg):
+    """L_T = CE(s, argmax t), the paper's choice: the row says only which class the teacher picked."""
+    return F.softmax(student_logits, dim=1) - F.one_hot(teacher_logits.argmax(1), student_logits.shape[1]).float()
+
+
+@DISTILL_LOSSES.register("kd")
+def _kd_gradient(student_logits, teacher_logits, cfg):
+    """L_T = τ²·KL(softmax(t/τ) ‖ softmax(s/τ)); gradient τ·(softmax(s/τ) − softmax(t/τ))."""
+    tau = cfg.kd_temperature
+    return tau * (F.softmax(student_logits / tau, 1) - F.softmax(teacher_logits / tau, 1))
+
+
+@DISTILL_LOSSES.register("logits")
+def _logit_gradient(student_logits, teacher_logits, cfg):
+    """L_T = ½‖(s − s̄) − (t − t̄)‖² (logit matching, Ba & Caruana 2014; the τ→∞ limit of KD).
+
+    Its gradient is the centred difference s − t. At s = 0 (a zero-initialised
+    student head, ``zero_head``) the normalised row is the direction of the
+    teacher's centred logits: the teacher's whole ranking of the classes, where
+    CE keeps only its top class. Same norm C, same noise, same ε.
+    """
+    d = student_logits - teacher_logits
+    return d - d.mean(1, keepdim=True)
+
+
 def per_sample_output_gradient(student_logits: torch.Tensor, teacher_logits: torch.Tensor, cfg: DpdfdConfig) -> torch.Tensor:
     """∂L_T/∂s for each row, closed form (ALGORITHMS.md §2 step 4)."""
-    p = F.softmax(student_logits, dim=1)
-    if cfg.distill_loss == "ce":  # L_T = CE(s, argmax t)
-        return p - F.one_hot(teacher_logits.argmax(1), p.shape[1]).float()
-    if cfg.distill_loss == "kd":  # L_T = τ²·KL(softmax(t/τ) ‖ softmax(s/τ)); gradient τ·(softmax(s/τ) − softmax(t/τ))
-        tau = cfg.kd_temperature
-        return tau * (F.softmax(student_logits / tau, 1) - F.softmax(teacher_logits / tau, 1))
-    raise ValueError(f"unknown distill loss {cfg.distill_loss!r}")
+    return DISTILL_LOSSES.get(cfg.distill_loss)(student_logits, teacher_logits, cfg)
 
 
 def label_log_likelihood(student_logits: torch.Tensor, g_noisy: torch.Tensor, mech) -> torch.Tensor:
@@ -99,9 +135,12 @@ def label_log_likelihood(student_logits: torch.Tensor, g_noisy: torch.Tensor, me
     return score / (mech.sigma * mech.clip) ** 2
 
 
+def classifier(student: torch.nn.Module) -> torch.nn.Linear:
+    return student.get_classifier() if hasattr(student, "get_classifier") else student.head
+
+
 def student_classes(student: torch.nn.Module) -> int:
-    head = student.get_classifier() if hasattr(student, "get_classifier") else student.head
-    return int(head.out_features)
+    return int(classifier(student).out_features)
 
 
 def _batched(fn: Callable, x: torch.Tensor, size: int) -> torch.Tensor:
@@ -117,8 +156,12 @@ class Dpdfd:
         self.prior = prior.to(device) if prior is not None else None
         if self.generator is None and self.prior is None:
             raise ValueError("DPDFD needs a generator, a prior, or both")
-        if cfg.distill_loss != "ce" and cfg.student_target != "paper":
-            raise ValueError("label decoding (score/posterior targets) assumes the CE release; use student_target='paper' with kd")
+        if cfg.distill_loss != "ce" and cfg.student_target in ("score", "posterior"):
+            raise ValueError("label decoding (score/posterior targets) assumes the CE release; use student_target 'paper' or 'centred'")
+        if cfg.zero_head:
+            head = classifier(self.student)
+            torch.nn.init.zeros_(head.weight)
+            torch.nn.init.zeros_(head.bias)
         self.device = device
         # the DP noise: its own stream (convert/noise.py: seeded from --seed, or secret)
         self.noise_rng = noise_rng if noise_rng is not None else mechanism_rng(cfg.seed, secret=False)[0]
@@ -230,6 +273,8 @@ class Dpdfd:
                     loss = -(soft * logp).sum(1).mean()
                 elif target == "score":
                     loss = 0.5 * (out - out.mean(1, keepdim=True) - self.score_targets(y[idx])).pow(2).sum(1).mean()
+                elif target == "centred":  # the same, shift-invariant: the noise's common shift is not fitted
+                    loss = 0.5 * (out - out.mean(1, keepdim=True) - (y[idx] - y[idx].mean(1, keepdim=True))).pow(2).sum(1).mean()
                 else:  # seed 003 Alg. 1 line 11: L_S(s, y_s), here ½‖s − y_s‖² (its gradient at release is γ·g̃)
                     loss = 0.5 * (out - y[idx]).pow(2).sum(1).mean()
                 self.opt_s.zero_grad(set_to_none=True)

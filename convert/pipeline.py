@@ -39,6 +39,7 @@ class ConvertOptions:
     batch_size: Optional[int] = None  # B: rows per release (default from the input size)
     clip: float = 1.0
     student: Optional[str] = None
+    distill_loss: str = "logits"  # DPDFD's L_T (convert/dpdfd.py DISTILL_LOSSES)
     generator: Optional[str] = None  # a learned generator mixed with the prior, e.g. "dafl"
     prior_pool: int = 10
     student_epochs: Optional[int] = None  # default from the input size
@@ -226,7 +227,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
     import torch
 
     from .accounting import DpdfdAccountant, library_versions
-    from .dpdfd import Dpdfd, DpdfdConfig
+    from .dpdfd import DISTILL_LOSSES, Dpdfd, DpdfdConfig
     from .generators import create_generator
     from .noise import SEEDED_WARNING, mechanism_rng
     from .students import create_student, default_student_name
@@ -270,13 +271,14 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
     generator = create_generator(opts.generator, spec) if opts.generator else None
     if opts.save_generator:
         check_generator_path(opts.save_generator, opts.out, generator is not None)
-    cfg = DpdfdConfig(releases=opts.releases, batch_size=batch_size, sigma=plan["sigma"], clip=opts.clip,
-                      prior_pool=opts.prior_pool, student_epochs=epochs, seed=opts.seed,
-                      prior_fraction=1.0 if generator is None else 0.5, minibatch=2048, student_lr=2e-3)
-    for k, v in opts.overrides.items():
-        if not hasattr(cfg, k):
-            raise DpconvertError(f"unknown DPDFD setting {k!r}")
-        setattr(cfg, k, v)
+    settings = dict(releases=opts.releases, batch_size=batch_size, sigma=plan["sigma"], clip=opts.clip,
+                    prior_pool=opts.prior_pool, student_epochs=epochs, seed=opts.seed, distill_loss=opts.distill_loss,
+                    prior_fraction=1.0 if generator is None else 0.5, minibatch=2048, student_lr=2e-3)
+    unknown = sorted(set(opts.overrides) - set(DpdfdConfig.__dataclass_fields__))
+    if unknown:
+        raise DpconvertError(f"unknown DPDFD setting {unknown[0]!r}")
+    DISTILL_LOSSES.get(opts.overrides.get("distill_loss", opts.distill_loss))  # one-line error naming the choices
+    cfg = DpdfdConfig(**{**settings, **opts.overrides})
     accountant = DpdfdAccountant()
     noise_rng, noise_info = mechanism_rng(cfg.seed, opts.secret_noise)
     if not opts.secret_noise:

@@ -33,6 +33,15 @@ def test_outputs_exist_and_card_is_valid(converted):
     assert card.data["utility"]["covered_by_guarantee"] is False
     assert 0.0 <= card.data["utility"]["student_accuracy"] <= 1.0
     assert not [p for p in converted.parent.iterdir() if p.name.endswith(".tmp")]
+    mech = card.data["mechanism"]
+    assert mech["distill_loss"] == "logits" and mech["config"]["student_target"] == "centred" and mech["config"]["zero_head"]
+
+
+def test_paper_ce_loss_is_selectable(tmp_path, cli):
+    code, _, err = cli("builtin:digits", "--distill-loss", "ce", "--out", tmp_path / "s.onnx", *FAST)
+    assert code == 0, err
+    cfg = PrivacyCard.read(tmp_path / "s.onnx.card.json").data["mechanism"]["config"]
+    assert (cfg["distill_loss"], cfg["student_target"], cfg["zero_head"]) == ("ce", "score", False)
 
 
 def test_card_epsilon_is_recomputed_from_its_own_parameters(converted):
@@ -129,6 +138,7 @@ def test_failure_while_writing_leaves_no_output(tmp_path, cli, monkeypatch):
     (["--out", "{d}/missing/s.onnx"], "does not exist"),
     (["--out", "{d}/s.onnx", "--eps", "0"], "--eps"),
     (["--out", "{d}/s.onnx", "--student", "resnet9000"], "unknown student architecture"),
+    (["--out", "{d}/s.onnx", "--distill-loss", "mse"], "unknown distillation loss 'mse'"),
     (["--out", "{d}/s.onnx", "--eval-data", "{d}/nope.npz"], "no such file"),
 ])
 def test_bad_convert_inputs(tmp_path, cli, args, needle):

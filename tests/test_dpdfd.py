@@ -48,14 +48,14 @@ def test_ce_output_gradient_closed_form():
     t = torch.randn(6, 10)
     loss = F.cross_entropy(s, t.argmax(1), reduction="sum")
     (auto,) = torch.autograd.grad(loss, s)
-    assert torch.allclose(per_sample_output_gradient(s.detach(), t, DpdfdConfig()), auto, atol=1e-6)
+    assert torch.allclose(per_sample_output_gradient(s.detach(), t, DpdfdConfig(distill_loss="ce")), auto, atol=1e-6)
 
 
 def test_sigma_zero_decodes_the_teacher_label_exactly():
     acc = DpdfdAccountant()
     mech = NormalisedGaussianRelease(sigma=0.0, clip=1.0, accountant=acc, generator=torch.Generator())
     s, t = torch.randn(50, 10), torch.randn(50, 10)
-    g = mech.release(per_sample_output_gradient(s, t, DpdfdConfig()))
+    g = mech.release(per_sample_output_gradient(s, t, DpdfdConfig(distill_loss="ce")))
     assert torch.equal(label_log_likelihood(s, g, mech).argmax(1), t.argmax(1))
 
 
@@ -68,7 +68,7 @@ def test_sigma_zero_equals_plain_distillation(target):
     student = create_student("datalens_cnn", SPEC)
     twin = create_student("datalens_cnn", SPEC)
     twin.load_state_dict(student.state_dict())
-    cfg = DpdfdConfig(releases=1, batch_size=64, sigma=0.0, student_target=target, target_step=1.0, score_scale=5.0,
+    cfg = DpdfdConfig(releases=1, batch_size=64, sigma=0.0, distill_loss="ce", student_target=target, target_step=1.0, score_scale=5.0,
                       student_epochs=1, minibatch=16, prior_pool=1)
     job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC))
     job.release()
@@ -99,6 +99,74 @@ def test_sigma_zero_equals_plain_distillation(target):
         opt.step()
     for a, b in zip(student.parameters(), twin.parameters()):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_logit_output_gradient_closed_form():
+    s = torch.randn(6, 10, requires_grad=True)
+    t = torch.randn(6, 10)
+    centred = lambda v: v - v.mean(1, keepdim=True)  # noqa: E731
+    loss = 0.5 * (centred(s) - centred(t)).pow(2).sum()
+    (auto,) = torch.autograd.grad(loss, s)
+    assert torch.allclose(per_sample_output_gradient(s.detach(), t, DpdfdConfig(distill_loss="logits")), auto, atol=1e-6)
+
+
+def test_logit_release_at_zero_head_is_the_teacher_ranking():
+    """A zero student head puts the first release at s = 0: the normalised row is −C·(t − t̄)/‖t − t̄‖."""
+    torch.manual_seed(0)
+    cfg = DpdfdConfig(releases=1, batch_size=40, sigma=0.0, clip=0.5, student_epochs=1, minibatch=40)
+    assert (cfg.distill_loss, cfg.student_target, cfg.zero_head) == ("logits", "centred", True)
+    teacher = create_student("datalens_cnn", SPEC).eval()
+    job = Dpdfd(lambda x: teacher(x), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
+                prior=create_generator("random_fields", SPEC))
+    job.release()
+    x, y = job.buffer_x[0], job.buffer_y[0]
+    with torch.no_grad():
+        t = teacher(x)
+    t = t - t.mean(1, keepdim=True)
+    expected = cfg.target_step * 0.5 * t / (t.norm(dim=1, keepdim=True) + 1e-6)
+    assert torch.allclose(y, expected, atol=1e-5)
+    assert torch.equal(y.argsort(1), t.argsort(1))  # the whole ranking, not only the top class
+
+
+def test_logit_sigma_zero_equals_plain_logit_matching():
+    """σ=0 with the default loss is plain distillation onto y_s = s − γ·normalised(centred(s − t)).
+
+    zero_head is off here and the conv biases (each followed by BatchNorm, so their
+    true gradient is 0) are not compared: Adam turns float rounding in a zero
+    gradient into ±lr steps, so two equal computations drift apart there. The
+    zero-head release itself is tested above.
+    """
+    torch.manual_seed(0)
+    teacher = create_student("datalens_cnn", SPEC).eval()
+    student = create_student("datalens_cnn", SPEC)
+    twin = create_student("datalens_cnn", SPEC)
+    twin.load_state_dict(student.state_dict())
+    cfg = DpdfdConfig(releases=1, batch_size=64, sigma=0.0, target_step=3.0, zero_head=False, student_epochs=1, minibatch=16,
+                      prior_pool=1)
+    job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC))
+    job.release()
+    x = job.buffer_x[0]
+    job.rng = torch.Generator().manual_seed(7)
+    job.train_student()
+    with torch.no_grad():
+        twin.eval()
+        s0 = twin(x)
+        g = s0 - teacher(x)
+    g = g - g.mean(1, keepdim=True)
+    y = s0 - 3.0 * g / (g.norm(dim=1, keepdim=True) + 1e-6)
+    y = y - y.mean(1, keepdim=True)
+    opt = torch.optim.Adam(twin.parameters(), lr=cfg.student_lr)
+    twin.train()
+    for idx in torch.randperm(64, generator=torch.Generator().manual_seed(7)).split(16):
+        out = twin(x[idx])
+        loss = 0.5 * (out - out.mean(1, keepdim=True) - y[idx]).pow(2).sum(1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    before_bn = {f"{n}.bias" for n, m in twin.named_modules() if isinstance(m, torch.nn.Conv2d)}
+    for (name, a), b in zip(student.named_parameters(), twin.parameters()):
+        if name not in before_bn:
+            assert torch.allclose(a, b, atol=1e-5), name
 
 
 def test_teacher_is_only_called_forward_without_grad():
