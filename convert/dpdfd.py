@@ -17,6 +17,7 @@ case grows with √B: the card shows it).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Optional
@@ -50,6 +51,7 @@ class DpdfdConfig:
     kd_temperature: float = 4.0
     student_epochs: int = 4  # replay passes over the whole buffer after each release
     student_lr: float = 1e-3
+    lr_schedule: str = "constant"  # "constant" or "cosine": decay to 0 over each replay (averages the noisy targets' pull)
     minibatch: int = 256
     generator_steps: int = 100  # generator updates per round (student as fixed discriminator)
     generator_lr: float = 1e-3
@@ -263,8 +265,13 @@ class Dpdfd:
         x, y = torch.cat(self.buffer_x), torch.cat(self.buffer_y)
         self.student.train()
         total, n = 0.0, 0
-        for _ in range(cfg.student_epochs if epochs is None else epochs):
+        epochs = cfg.student_epochs if epochs is None else epochs
+        steps = epochs * -(-len(x) // cfg.minibatch)
+        for _ in range(epochs):
             for idx in torch.randperm(len(x), generator=self.rng).split(cfg.minibatch):
+                if cfg.lr_schedule == "cosine":
+                    for group in self.opt_s.param_groups:
+                        group["lr"] = cfg.student_lr * 0.5 * (1 + math.cos(math.pi * n / steps))
                 out = self.student(x[idx])
                 if target == "posterior":  # CE against the decoded soft labels
                     logp = F.log_softmax(out, 1)
@@ -290,7 +297,11 @@ class Dpdfd:
         Its un-noised teacher labels are shown to the operator (who holds the
         teacher anyway) and never reach the student, the generator or the card.
         """
-        x = self.synthesise(n)
+        main, self.rng = self.rng, torch.Generator().manual_seed(self.cfg.seed + 2000)  # its own stream: watching must not
+        try:  # change the student (the CLI shows progress, the library need not)
+            x = self.synthesise(n)
+        finally:
+            self.rng = main
         with torch.inference_mode():
             self._holdout = (x, _batched(self.teacher, x, 512).argmax(1).cpu())
 
@@ -299,8 +310,12 @@ class Dpdfd:
         if getattr(self, "_holdout", None) is None:
             return None
         x, t = self._holdout
+        was_training = self.student.training  # called between student epochs: leave the mode as found
         self.student.eval()
-        return float((_batched(self.student, x, 1024).argmax(1).cpu() == t).float().mean())
+        try:
+            return float((_batched(self.student, x, 1024).argmax(1).cpu() == t).float().mean())
+        finally:
+            self.student.train(was_training)
 
     def _tick(self, **info) -> None:
         if getattr(self, "on_progress", None):

@@ -273,7 +273,8 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
         check_generator_path(opts.save_generator, opts.out, generator is not None)
     settings = dict(releases=opts.releases, batch_size=batch_size, sigma=plan["sigma"], clip=opts.clip,
                     prior_pool=opts.prior_pool, student_epochs=epochs, seed=opts.seed, distill_loss=opts.distill_loss,
-                    prior_fraction=1.0 if generator is None else 0.5, minibatch=2048, student_lr=2e-3)
+                    prior_fraction=1.0 if generator is None else 0.5, minibatch=2048, student_lr=2e-3,
+                    lr_schedule="cosine")
     unknown = sorted(set(opts.overrides) - set(DpdfdConfig.__dataclass_fields__))
     if unknown:
         raise DpconvertError(f"unknown DPDFD setting {unknown[0]!r}")

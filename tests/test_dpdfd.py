@@ -169,6 +169,37 @@ def test_logit_sigma_zero_equals_plain_logit_matching():
             assert torch.allclose(a, b, atol=1e-5), name
 
 
+def test_progress_display_does_not_change_the_student():
+    """The CLI attaches a held-out batch for its progress bar; the library may not. Same seed → same student."""
+    torch.manual_seed(0)
+    teacher = create_student("datalens_cnn", SPEC).eval()
+    init = create_student("datalens_cnn", SPEC).state_dict()
+    students = []
+    for watch in (False, True):
+        student = create_student("datalens_cnn", SPEC)
+        student.load_state_dict(init)
+        cfg = DpdfdConfig(releases=2, batch_size=64, sigma=1.0, student_epochs=3, minibatch=32, prior_pool=2)
+        job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC))
+        if watch:
+            job.attach_holdout(100)
+        job.run(on_progress=(lambda info: None) if watch else None)
+        students.append(student.state_dict())
+    assert all(torch.equal(students[0][k], students[1][k]) for k in init)
+
+
+def test_cosine_schedule_decays_the_student_lr_to_zero_over_each_replay():
+    torch.manual_seed(0)
+    cfg = DpdfdConfig(releases=1, batch_size=64, sigma=1.0, student_epochs=2, minibatch=16, lr_schedule="cosine")
+    job = Dpdfd(lambda x: torch.randn(len(x), 10), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
+                prior=create_generator("random_fields", SPEC))
+    seen = []
+    step = job.opt_s.step
+    job.opt_s.step = lambda: (seen.append(job.opt_s.param_groups[0]["lr"]), step())
+    job.run()
+    assert len(seen) == 8 and seen[0] == cfg.student_lr
+    assert all(a > b for a, b in zip(seen, seen[1:])) and seen[-1] < 0.05 * cfg.student_lr
+
+
 def test_teacher_is_only_called_forward_without_grad():
     calls = []
 
