@@ -54,6 +54,7 @@ def single(args) -> dict:
         "record_level_epsilon": card["guarantee"]["record_level_epsilon"], "sigma": card["mechanism"]["sigma"],
         "releases": card["mechanism"]["releases"], "batch_size": card["mechanism"]["batch_size"],
         "student": card["model"]["architecture"], "query_source": card["mechanism"]["query_source"],
+        **{k: card["mechanism"]["config"][k] for k in ("distill_loss", "student_target", "lr_schedule", "student_epochs")},
         **{k: card["utility"][k] for k in ("teacher_accuracy", "student_accuracy", "agreement", "evaluation_data")},
         "wall_seconds": round(wall, 1), "rows_per_second": round(rows / wall, 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
