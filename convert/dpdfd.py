@@ -64,6 +64,8 @@ class DpdfdConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
         if self.student_target is None:
             self.student_target = "score" if self.distill_loss == "ce" else "centred"
         if self.zero_head is None:

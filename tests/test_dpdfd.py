@@ -59,22 +59,33 @@ def test_sigma_zero_decodes_the_teacher_label_exactly():
     assert torch.equal(label_log_likelihood(s, g, mech).argmax(1), t.argmax(1))
 
 
-@pytest.mark.parametrize("target", ["score", "paper"])
-def test_sigma_zero_equals_plain_distillation(target):
-    """With no noise, the DP student update is plain distillation on the teacher's labels
-    (opacus' test_compare_to_vanilla, for DPDFD): same data, same order, same weights."""
+def _teacher_student_and_twin():
+    """A teacher, a student, and an identical copy of the student to train by hand."""
     torch.manual_seed(0)
     teacher = create_student("datalens_cnn", SPEC).eval()
     student = create_student("datalens_cnn", SPEC)
     twin = create_student("datalens_cnn", SPEC)
     twin.load_state_dict(student.state_dict())
-    cfg = DpdfdConfig(releases=1, batch_size=64, sigma=0.0, distill_loss="ce", student_target=target, target_step=1.0, score_scale=5.0,
-                      student_epochs=1, minibatch=16, prior_pool=1)
+    return teacher, student, twin
+
+
+def _release_and_train(teacher, student, cfg, order_seed):
+    """One DPDFD release and one replay; returns the released inputs (minibatch order from ``order_seed``)."""
     job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC))
     job.release()
-    x = job.buffer_x[0]
-    job.rng = torch.Generator().manual_seed(123)
+    job.rng = torch.Generator().manual_seed(order_seed)
     job.train_student()
+    return job.buffer_x[0]
+
+
+@pytest.mark.parametrize("target", ["score", "paper"])
+def test_sigma_zero_equals_plain_distillation(target):
+    """With no noise, the DP student update is plain distillation on the teacher's labels
+    (opacus' test_compare_to_vanilla, for DPDFD): same data, same order, same weights."""
+    teacher, student, twin = _teacher_student_and_twin()
+    cfg = DpdfdConfig(releases=1, batch_size=64, sigma=0.0, distill_loss="ce", student_target=target, target_step=1.0, score_scale=5.0,
+                      student_epochs=1, minibatch=16, prior_pool=1)
+    x = _release_and_train(teacher, student, cfg, order_seed=123)
 
     # plain distillation, written out independently
     with torch.no_grad():
@@ -136,18 +147,10 @@ def test_logit_sigma_zero_equals_plain_logit_matching():
     gradient into ±lr steps, so two equal computations drift apart there. The
     zero-head release itself is tested above.
     """
-    torch.manual_seed(0)
-    teacher = create_student("datalens_cnn", SPEC).eval()
-    student = create_student("datalens_cnn", SPEC)
-    twin = create_student("datalens_cnn", SPEC)
-    twin.load_state_dict(student.state_dict())
+    teacher, student, twin = _teacher_student_and_twin()
     cfg = DpdfdConfig(releases=1, batch_size=64, sigma=0.0, target_step=3.0, zero_head=False, student_epochs=1, minibatch=16,
                       prior_pool=1)
-    job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC))
-    job.release()
-    x = job.buffer_x[0]
-    job.rng = torch.Generator().manual_seed(7)
-    job.train_student()
+    x = _release_and_train(teacher, student, cfg, order_seed=7)
     with torch.no_grad():
         twin.eval()
         s0 = twin(x)
