@@ -36,7 +36,7 @@ def single(args) -> dict:
         opts = ConvertOptions(
             out=Path(d) / "student.onnx", eps=None if eps == float("inf") else eps,
             noise_multiplier=0.0 if eps == float("inf") else None, releases=args.steps, batch_size=args.batch_size,
-            student=args.student, generator=args.generator, student_epochs=args.epochs, seed=args.seed,
+            student=args.student, generator=args.generator, prior=args.prior, student_epochs=args.epochs, seed=args.seed,
             eval_data=args.eval_data, overrides=json.loads(args.overrides or "{}"), public_data=args.public_data,
         )
         t0 = time.perf_counter()
@@ -71,7 +71,8 @@ def main() -> None:
     ap.add_argument("--eps", default="1,2,5,10,inf")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--batch-size", type=int)
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--prior", default="random_fields", help="data-free query prior (generators.PRIORS)")
+    ap.add_argument("--epochs", type=int, default=None, help="student epochs (default: the pipeline's, from the input size)")
     ap.add_argument("--student")
     ap.add_argument("--generator")
     ap.add_argument("--public-data", help="unlabelled public images as the query source (labelled option, not data-free)")

@@ -47,6 +47,9 @@ class DpdfdConfig:
     zero_head: Optional[bool] = None  # zero the student's classifier first, so the first release is taken at s = 0 (None → not ce)
     score_scale: float = 5.0  # λ: logit gap the clean score target corresponds to
     posterior_prior: str = "student"  # prior of the decoding: "student" (its current prediction, as in ALIBI) or "uniform"
+    # logit adjustment after training (post-processing): subtract the student's mean logits over the released queries
+    # from its head bias, so the query set's class mix is not kept as a prior on real inputs (Menon et al. 2021)
+    logit_adjust: bool = False
     refine_epochs: int = 0  # after the last release: epochs of CE on the posterior with the student as prior (ALIBI-style)
     kd_temperature: float = 4.0
     student_epochs: int = 4  # replay passes over the whole buffer after each release
@@ -293,6 +296,32 @@ class Dpdfd:
             self._tick(kind="student_epoch", loss=total / max(n, 1))
         return total / max(n, 1)
 
+    @torch.no_grad()
+    def adjust_for_query_prior(self, n: int = 20_000) -> torch.Tensor:
+        """Logit adjustment: head bias −= the student's mean logits over (up to n of) the released queries.
+
+        The student learns E[row | x] under the query distribution. A data-free
+        prior puts most queries in one or two classes (FMNIST: sandal and bag),
+        so that mean is far from zero, and under noise argmax then returns the
+        query set's majority class on real inputs. Subtracting it is the logit
+        adjustment for a label shift to a uniform class prior (Menon et al.
+        2021). It uses only the student and the data-independent queries:
+        post-processing, no ε. Returns the shift that was removed.
+        """
+        head = classifier(self.student)
+        if head.bias is None:
+            raise ValueError("logit_adjust needs a classifier with a bias")
+        was_training = self.student.training
+        self.student.eval()
+        try:
+            x = torch.cat(self.buffer_x)
+            x = x[torch.linspace(0, len(x) - 1, min(n, len(x))).long()]  # evenly spaced: every release and source
+            shift = _batched(self.student, x, 1024).mean(0)
+            head.bias.sub_(shift)
+        finally:
+            self.student.train(was_training)
+        return shift
+
     def attach_holdout(self, n: int = 1000) -> None:
         """A held-out synthetic batch for the progress display only.
 
@@ -370,5 +399,7 @@ class Dpdfd:
                 t1 = time.perf_counter()
                 ls = self.train_student(epochs=self.cfg.refine_epochs, target="posterior")
                 times["student"] += time.perf_counter() - t1
+            if r == self.cfg.releases and self.cfg.logit_adjust:
+                self.adjust_for_query_prior()
             if on_round:
                 on_round(RoundInfo(r, self.accountant.count(NormalisedGaussianRelease.mechanism), ls, lg, time.perf_counter() - t0, times))

@@ -41,6 +41,7 @@ class ConvertOptions:
     student: Optional[str] = None
     distill_loss: str = "logits"  # DPDFD's L_T (convert/dpdfd.py DISTILL_LOSSES)
     generator: Optional[str] = None  # a learned generator mixed with the prior, e.g. "dafl"
+    prior: str = "random_fields"  # the data-free query prior (generators.PRIORS)
     prior_pool: int = 10
     student_epochs: Optional[int] = None  # default from the input size
     seed: int = 0
@@ -230,7 +231,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
 
     from .accounting import DpdfdAccountant, library_versions
     from .dpdfd import DISTILL_LOSSES, Dpdfd, DpdfdConfig
-    from .generators import create_generator
+    from .generators import PRIORS, create_generator
     from .noise import SEEDED_WARNING, mechanism_rng
     from .students import create_student, default_student_name
 
@@ -238,6 +239,8 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
         raise DpconvertError("--clip must be > 0")
     if opts.releases < 1:
         raise DpconvertError("--steps must be >= 1")
+    if opts.prior not in PRIORS:
+        raise DpconvertError(f"unknown --prior {opts.prior!r}; choose one of: {', '.join(PRIORS)}")
     spec = teacher.spec
     warnings = []
     batch_size = opts.batch_size or default_batch_size(spec)
@@ -268,15 +271,15 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
         prior = PublicImageSource(public.x)
         source = f"public images {opts.public_data} ({len(public)}, unlabelled; shift/flip/mixup augmentation) — not data-free"
     else:
-        prior = create_generator("random_fields", spec)
-        source = "random-field prior"
+        prior = create_generator(opts.prior, spec)
+        source = PRIORS[opts.prior]
     generator = create_generator(opts.generator, spec) if opts.generator else None
     if opts.save_generator:
         check_generator_path(opts.save_generator, opts.out, generator is not None)
     settings = dict(releases=opts.releases, batch_size=batch_size, sigma=plan["sigma"], clip=opts.clip,
                     prior_pool=opts.prior_pool, student_epochs=epochs, seed=opts.seed, distill_loss=opts.distill_loss,
                     prior_fraction=1.0 if generator is None else 0.5, minibatch=2048, student_lr=2e-3,
-                    lr_schedule="cosine")
+                    lr_schedule="cosine", logit_adjust=True)
     unknown = sorted(set(opts.overrides) - set(DpdfdConfig.__dataclass_fields__))
     if unknown:
         raise DpconvertError(f"unknown DPDFD setting {unknown[0]!r}")

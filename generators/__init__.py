@@ -22,8 +22,12 @@ def create_generator(name: str, spec, *, nz: int = 100, conditional: bool = True
     return GENERATORS.get(name)(spec, nz=nz, conditional=conditional)
 
 
+# Data-independent, parameter-free query priors (DPDFD's data-free query source, --prior), with how the card names them.
+PRIORS = {"random_fields": "random-field prior", "centred_fields": "centred random-field prior"}
+
+
 def default_generator_name(spec) -> str:
     return "dafl"
 
 
-__all__ = ["GENERATORS", "create_generator", "default_generator_name"]
+__all__ = ["GENERATORS", "PRIORS", "create_generator", "default_generator_name"]

@@ -8,6 +8,11 @@ No data set is involved. A teacher labels these far more diversely than white
 noise or an untrained generator, which gives the distillation somewhere to
 start (`benchmarks/prior_histogram.py`; benchmarks/RESULTS.md §2–3).
 It has no parameters and ignores class labels; ``z`` carries all randomness.
+
+``centred_fields`` multiplies a share of the samples by a centred soft ellipse
+of random size: an object on a dark background, the layout of MNIST-style
+data sets. Still no data; a choice of prior made by benchmark
+(benchmarks/RESULTS.md §3).
 """
 
 from __future__ import annotations
@@ -20,21 +25,24 @@ from . import GENERATORS
 
 
 class RandomFieldPrior(nn.Module):
-    def __init__(self, spec, nz: int = 0, conditional: bool = False) -> None:
+    def __init__(self, spec, nz: int = 0, conditional: bool = False, centred: float = 0.0) -> None:
         super().__init__()
         self.spec = spec
         self.num_classes = None
         hi = max(2, min(spec.height, spec.width) // 2)
         self.resolutions = [r for r in range(2, 8) if r <= hi] or [2]
         self.field_dim = spec.channels * max(self.resolutions) ** 2
-        self.nz = self.field_dim + 5  # field, resolution pick, level, sharpness, mode, stroke width
+        self.centred = centred  # share of samples inside a centred soft ellipse
+        # field, then resolution pick, level, sharpness, mode, stroke width (+ ellipse axes and on/off when centred)
+        self.nz = self.field_dim + 5 + (3 if centred else 0)
         self.register_buffer("mean", torch.tensor(spec.mean).view(1, -1, 1, 1))
         self.register_buffer("std", torch.tensor(spec.std).view(1, -1, 1, 1))
 
     def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         n, c = z.shape[0], self.spec.channels
         size = (self.spec.height, self.spec.width)
-        u = torch.special.ndtr(z[:, -5:])  # five uniforms from the tail of z
+        tail = z[:, self.field_dim:]
+        u = torch.special.ndtr(tail[:, :5])  # five uniforms after the field
         pick = (u[:, 0] * len(self.resolutions)).long().clamp(max=len(self.resolutions) - 1)
         out = torch.empty(n, c, *size, device=z.device)
         rmax = max(self.resolutions)
@@ -44,16 +52,31 @@ class RandomFieldPrior(nn.Module):
             if m.any():
                 out[m] = F.interpolate(fields[m, :, :r, :r], size=size, mode="bicubic", align_corners=False)
         view = (n, 1, 1, 1)
-        level = 0.3 * z[:, -4].view(view)
+        level = 0.3 * tail[:, 1].view(view)
         sharpness = (4.0 + 8.0 * u[:, 2]).view(view)
         width = (0.15 + 0.35 * u[:, 4]).view(view)
         strokes = (u[:, 3] < 0.5).view(view)
         blob = torch.sigmoid((out - level) * sharpness)
         stroke = torch.sigmoid((width - (out - level).abs()) * 2 * sharpness)
         pixels = torch.where(strokes, stroke, blob)
+        if self.centred:
+            pixels = pixels * self._ellipse(torch.special.ndtr(tail[:, 5:8]), size)
         return (pixels - self.mean) / self.std
+
+    def _ellipse(self, e: torch.Tensor, size) -> torch.Tensor:
+        """A centred soft ellipse (semi-axes 0.35–0.95 of the half-size) where e[:, 2] < centred, else ones."""
+        yy, xx = torch.meshgrid(torch.linspace(-1, 1, size[0], device=e.device), torch.linspace(-1, 1, size[1], device=e.device),
+                                indexing="ij")
+        ax, ay = (0.35 + 0.6 * e[:, 0]).view(-1, 1, 1, 1), (0.35 + 0.6 * e[:, 1]).view(-1, 1, 1, 1)
+        inside = torch.sigmoid((1 - ((xx / ax) ** 2 + (yy / ay) ** 2).sqrt()) * 8.0)
+        return torch.where((e[:, 2] < self.centred).view(-1, 1, 1, 1), inside, torch.ones_like(inside))
 
 
 @GENERATORS.register("random_fields")
 def random_fields(spec, *, nz: int = 0, conditional: bool = False) -> nn.Module:
     return RandomFieldPrior(spec)
+
+
+@GENERATORS.register("centred_fields")
+def centred_fields(spec, *, nz: int = 0, conditional: bool = False) -> nn.Module:
+    return RandomFieldPrior(spec, centred=1.0)

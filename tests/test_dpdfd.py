@@ -231,3 +231,41 @@ def test_students_build_for_small_and_mnist_sizes(name):
     for spec in (SPEC, InputSpec(1, 28, 28, 10)):
         m = create_student(name, spec).eval()
         assert m(torch.zeros(2, *spec.shape)).shape == (2, 10)
+
+
+def test_logit_adjustment_centres_the_student_on_the_queries_and_is_post_processing():
+    """After logit_adjust the student's mean logits over the released queries are zero, only the head bias moved,
+    and the accountant saw exactly the releases (the adjustment spends nothing)."""
+    torch.manual_seed(0)
+    teacher = create_student("datalens_cnn", SPEC).eval()
+    init = create_student("datalens_cnn", SPEC).state_dict()
+    trained = {}
+    for adjust in (False, True):
+        student = create_student("datalens_cnn", SPEC)
+        student.load_state_dict(init)
+        accountant = DpdfdAccountant()
+        cfg = DpdfdConfig(releases=1, batch_size=200, sigma=1.0, student_epochs=1, minibatch=50, logit_adjust=adjust)
+        job = Dpdfd(lambda x: teacher(x), student, None, cfg, accountant, prior=create_generator("random_fields", SPEC))
+        job.run()
+        assert accountant.count(NormalisedGaussianRelease.mechanism) == 1
+        trained[adjust] = student.eval()
+    with torch.no_grad():
+        x = job.buffer_x[0]
+        mean_before = trained[False](x).mean(0)
+        assert trained[True](x).mean(0).abs().max() < 1e-4 < mean_before.abs().max()
+    a, b = trained[False].state_dict(), trained[True].state_dict()
+    assert [k for k in a if not torch.equal(a[k], b[k])] == ["head.bias"]
+    assert torch.allclose(b["head.bias"], a["head.bias"] - mean_before, atol=1e-5)
+
+
+def test_centred_prior_is_an_object_on_a_dark_background():
+    """centred_fields: the random-field samples inside a centred ellipse (corners dark, centre as in random_fields)."""
+    spec = InputSpec(1, 28, 28, 10)
+    plain, centred = create_generator("random_fields", spec), create_generator("centred_fields", spec)
+    z = torch.randn(512, centred.nz, generator=torch.Generator().manual_seed(0))
+    pixels = centred(z) * centred.std + centred.mean
+    corners = torch.stack([pixels[..., 0, 0], pixels[..., 0, -1], pixels[..., -1, 0], pixels[..., -1, -1]])
+    assert corners.max() < 0.05 and pixels[..., 10:18, 10:18].mean() > 0.1
+    assert centred.nz == plain.nz + 3  # the plain prior keeps its latent layout (and so its samples)
+    inside = centred(z) * centred.std + centred.mean  # where the ellipse is ~1 the pixels are the plain prior's
+    assert torch.allclose(inside[..., 14, 14], (plain(z[:, : plain.nz]) * plain.std + plain.mean)[..., 14, 14], atol=0.01)
