@@ -54,7 +54,7 @@ def single(args) -> dict:
         "record_level_epsilon": card["guarantee"]["record_level_epsilon"], "sigma": card["mechanism"]["sigma"],
         "releases": card["mechanism"]["releases"], "batch_size": card["mechanism"]["batch_size"],
         "student": card["model"]["architecture"], "query_source": card["mechanism"]["query_source"],
-        **{k: card["mechanism"]["config"][k] for k in ("distill_loss", "student_target", "lr_schedule", "student_epochs")},
+        **{k: card["mechanism"]["config"][k] for k in ("distill_loss", "student_target", "lr_schedule", "student_epochs", "logit_adjust")},
         **{k: card["utility"][k] for k in ("teacher_accuracy", "student_accuracy", "agreement", "evaluation_data")},
         "wall_seconds": round(wall, 1), "rows_per_second": round(rows / wall, 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--eps", default="1,2,5,10,inf")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--batch-size", type=int)
-    ap.add_argument("--prior", default="random_fields", help="data-free query prior (generators.PRIORS)")
+    ap.add_argument("--prior", default=None, help="data-free query prior (generators.PRIORS; default from the input size)")
     ap.add_argument("--epochs", type=int, default=None, help="student epochs (default: the pipeline's, from the input size)")
     ap.add_argument("--student")
     ap.add_argument("--generator")

@@ -109,7 +109,7 @@ def convert(
     clip: Annotated[float, typer.Option("--clip", help="Row norm C of the normalised output gradients.")] = 1.0,
     student: Annotated[Optional[str], typer.Option("--student", help="Student architecture: a registered name or timm:NAME (default from the input size).")] = None,
     generator: Annotated[Optional[str], typer.Option("--generator", help="A learned generator mixed with the random-field prior (e.g. dafl); default: prior only.")] = None,
-    prior: Annotated[str, typer.Option("--prior", help="DPDFD's data-free query prior: random_fields (smooth blobs and strokes) or centred_fields (the same inside a centred ellipse: an object on a dark background).")] = "random_fields",
+    prior: Annotated[Optional[str], typer.Option("--prior", help="DPDFD's data-free query prior: random_fields (smooth blobs and strokes) or centred_fields (the same inside a centred ellipse: an object on a dark background). Default from the input size.")] = None,
     distill_loss: Annotated[str, typer.Option("--distill-loss", help="DPDFD's L_T: logits (centred logit matching, the whole class ranking per query), ce (the paper's: teacher argmax only) or kd.")] = "logits",
     epochs: Annotated[Optional[int], typer.Option("--epochs", help="Student passes over the released pairs after each release (default from the input size).")] = None,
     eval_data: Annotated[Optional[str], typer.Option("--eval-data", help="Labelled data to report accuracy on (not covered by the guarantee).")] = None,

@@ -41,7 +41,7 @@ class ConvertOptions:
     student: Optional[str] = None
     distill_loss: str = "logits"  # DPDFD's L_T (convert/dpdfd.py DISTILL_LOSSES)
     generator: Optional[str] = None  # a learned generator mixed with the prior, e.g. "dafl"
-    prior: str = "random_fields"  # the data-free query prior (generators.PRIORS)
+    prior: Optional[str] = None  # the data-free query prior (generators.PRIORS; default from the input size)
     prior_pool: int = 10
     student_epochs: Optional[int] = None  # default from the input size
     seed: int = 0
@@ -231,7 +231,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
 
     from .accounting import DpdfdAccountant, library_versions
     from .dpdfd import DISTILL_LOSSES, Dpdfd, DpdfdConfig
-    from .generators import PRIORS, create_generator
+    from .generators import PRIORS, create_generator, default_prior_name
     from .noise import SEEDED_WARNING, mechanism_rng
     from .students import create_student, default_student_name
 
@@ -239,9 +239,10 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
         raise DpconvertError("--clip must be > 0")
     if opts.releases < 1:
         raise DpconvertError("--steps must be >= 1")
-    if opts.prior not in PRIORS:
-        raise DpconvertError(f"unknown --prior {opts.prior!r}; choose one of: {', '.join(PRIORS)}")
     spec = teacher.spec
+    prior_name = opts.prior or default_prior_name(spec)
+    if prior_name not in PRIORS:
+        raise DpconvertError(f"unknown --prior {prior_name!r}; choose one of: {', '.join(PRIORS)}")
     warnings = []
     batch_size = opts.batch_size or default_batch_size(spec)
     if batch_size < 1:
@@ -271,8 +272,8 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
         prior = PublicImageSource(public.x)
         source = f"public images {opts.public_data} ({len(public)}, unlabelled; shift/flip/mixup augmentation) — not data-free"
     else:
-        prior = create_generator(opts.prior, spec)
-        source = PRIORS[opts.prior]
+        prior = create_generator(prior_name, spec)
+        source = PRIORS[prior_name]
     generator = create_generator(opts.generator, spec) if opts.generator else None
     if opts.save_generator:
         check_generator_path(opts.save_generator, opts.out, generator is not None)

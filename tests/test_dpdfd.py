@@ -269,3 +269,11 @@ def test_centred_prior_is_an_object_on_a_dark_background():
     assert centred.nz == plain.nz + 3  # the plain prior keeps its latent layout (and so its samples)
     inside = centred(z) * centred.std + centred.mean  # where the ellipse is ~1 the pixels are the plain prior's
     assert torch.allclose(inside[..., 14, 14], (plain(z[:, : plain.nz]) * plain.std + plain.mean)[..., 14, 14], atol=0.01)
+
+
+def test_default_prior_follows_the_input_size():
+    from dpconvert.generators import PRIORS, default_prior_name
+
+    assert default_prior_name(SPEC) == "random_fields"  # 8×8: the prior that carries the digits results
+    assert default_prior_name(InputSpec(1, 28, 28, 10)) == "centred_fields"
+    assert set(PRIORS) <= set(GENERATORS.names())
