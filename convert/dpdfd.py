@@ -314,8 +314,10 @@ class Dpdfd:
         was_training = self.student.training
         self.student.eval()
         try:
-            x = torch.cat(self.buffer_x)
-            x = x[torch.linspace(0, len(x) - 1, min(n, len(x))).long()]  # evenly spaced: every release and source
+            # evenly spaced over the whole buffer (every release and source), gathered without concatenating it
+            ends = torch.tensor([len(b) for b in self.buffer_x]).cumsum(0)
+            idx = torch.linspace(0, int(ends[-1]) - 1, min(n, int(ends[-1]))).long()
+            x = torch.cat([b[idx[(idx >= end - len(b)) & (idx < end)] - (end - len(b))] for b, end in zip(self.buffer_x, ends)])
             shift = _batched(self.student, x, 1024).mean(0)
             head.bias.sub_(shift)
         finally:
