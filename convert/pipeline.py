@@ -39,7 +39,7 @@ class ConvertOptions:
     batch_size: Optional[int] = None  # B: rows per release (default from the input size)
     clip: float = 1.0
     student: Optional[str] = None
-    distill_loss: str = "logits"  # DPDFD's L_T (convert/dpdfd.py DISTILL_LOSSES)
+    distill_loss: Optional[str] = None  # DPDFD's L_T (convert/dpdfd.py DISTILL_LOSSES); None → DEFAULT_DISTILL_LOSS
     generator: Optional[str] = None  # a learned generator mixed with the prior, e.g. "dafl"
     prior: Optional[str] = None  # the data-free query prior (generators.PRIORS; default from the input size)
     prior_pool: int = 10
@@ -70,6 +70,9 @@ class ConvertResult:
     card: object  # PrivacyCard
     seconds: float
     rounds: list
+
+
+DEFAULT_DISTILL_LOSS = "logits"  # chosen by benchmark (benchmarks/RESULTS.md §1, §3)
 
 
 def default_batch_size(spec) -> int:
@@ -240,6 +243,8 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
     if opts.releases < 1:
         raise DpconvertError("--steps must be >= 1")
     spec = teacher.spec
+    if opts.public_data and opts.prior:
+        raise DpconvertError("--prior picks the data-free query prior and --public-data replaces it: drop one of them")
     prior_name = opts.prior or default_prior_name(spec)
     if prior_name not in PRIORS:
         raise DpconvertError(f"unknown --prior {prior_name!r}; choose one of: {', '.join(PRIORS)}")
@@ -278,13 +283,13 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
     if opts.save_generator:
         check_generator_path(opts.save_generator, opts.out, generator is not None)
     settings = dict(releases=opts.releases, batch_size=batch_size, sigma=plan["sigma"], clip=opts.clip,
-                    prior_pool=opts.prior_pool, student_epochs=epochs, seed=opts.seed, distill_loss=opts.distill_loss,
+                    prior_pool=opts.prior_pool, student_epochs=epochs, seed=opts.seed, distill_loss=opts.distill_loss or DEFAULT_DISTILL_LOSS,
                     prior_fraction=1.0 if generator is None else 0.5, minibatch=2048, student_lr=2e-3,
                     lr_schedule="cosine", logit_adjust=True)
     unknown = sorted(set(opts.overrides) - set(DpdfdConfig.__dataclass_fields__))
     if unknown:
         raise DpconvertError(f"unknown DPDFD setting {unknown[0]!r}")
-    DISTILL_LOSSES.get(opts.overrides.get("distill_loss", opts.distill_loss))  # one-line error naming the choices
+    DISTILL_LOSSES.get(opts.overrides.get("distill_loss", settings["distill_loss"]))  # one-line error naming the choices
     cfg = DpdfdConfig(**{**settings, **opts.overrides})
     accountant = DpdfdAccountant()
     noise_rng, noise_info = mechanism_rng(cfg.seed, opts.secret_noise)

@@ -197,8 +197,16 @@ class QuerySource:
 
 
 def _check_query_flags(opts: ConvertOptions) -> None:
+    from dpconvert.generators import PRIORS
+
     if opts.public_data and opts.query_generator:
         raise DpconvertError("give one query source: --public-data PATH or --query-generator (FILE, prior or train), not both")
+    if opts.prior and opts.query_generator not in ("prior", "train"):
+        raise DpconvertError("--prior picks the data-free query prior: with --method pknn use it with --query-generator prior or train")
+    if opts.prior and opts.prior not in PRIORS:
+        raise DpconvertError(f"unknown --prior {opts.prior!r}; choose one of: {', '.join(PRIORS)}")
+    if opts.distill_loss and opts.query_generator != "train":
+        raise DpconvertError("--distill-loss is DPDFD's; with --method pknn it applies only to --query-generator train")
     if opts.generator_eps is not None and opts.query_generator != "train":
         raise DpconvertError("--generator-eps is the in-run generator's share of --eps; use it with --query-generator train")
     if opts.query_generator == "train":
@@ -235,11 +243,12 @@ def pknn_query_source(opts: ConvertOptions, spec, cfg, teacher=None, on_progress
     n = cfg.queries or GENERATOR_QUERIES
     rng = torch.Generator().manual_seed(opts.seed + 3)
     if opts.query_generator == "prior":  # data-independent: no cost, the record-level guarantee stands alone
-        from dpconvert.generators import create_generator
+        from dpconvert.generators import PRIORS, create_generator
         from dpconvert.generators.saved import sample_queries
 
-        prior = create_generator("random_fields", spec)
-        return QuerySource(sample_queries(prior, n, spec.num_classes, rng), f"random-field prior ({n} samples; data-independent)",
+        name = opts.prior or PKNN_PRIOR
+        prior = create_generator(name, spec)
+        return QuerySource(sample_queries(prior, n, spec.num_classes, rng), f"{PRIORS[name]} ({n} samples; data-independent)",
                            "nothing beyond the above: the queries are data-independent")
     if opts.query_generator == "train":
         return _train_query_generator(teacher, opts, n, rng, on_progress)
@@ -257,6 +266,7 @@ def pknn_query_source(opts: ConvertOptions, spec, cfg, teacher=None, on_progress
                        cost=saved.cost, generator_info=info)
 
 
+PKNN_PRIOR = "random_fields"  # --query-generator prior without --prior (the prior its benchmarks used, RESULTS.md §3)
 IN_RUN_GENERATOR = "dafl"  # --query-generator train without --generator
 IN_RUN_MIN_RELEASES = 2  # the generator learns between releases: one release would leave it untrained
 IN_RUN_SEED_OFFSET = 1000

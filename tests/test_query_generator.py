@@ -62,6 +62,15 @@ def test_pknn_on_generator_queries_composes_the_generator_cost(saved_generator, 
     assert code == 1 and "policy scope" in outp
 
 
+def test_pknn_prior_queries_follow_the_prior_flag(tmp_path, cli):
+    out = tmp_path / "p.onnx"
+    code, _, err = cli("builtin:digits", "--method", "pknn", "--query-generator", "prior", "--prior", "centred_fields", "--eps", "4",
+                       *PKNN_FAST, "--out", out)
+    assert code == 0, err
+    card = json.loads((tmp_path / "p.onnx.card.json").read_text())
+    assert card["mechanism"]["query_source"].startswith("centred random-field prior")
+
+
 def test_pknn_on_prior_queries_is_record_level(tmp_path, cli):
     out = tmp_path / "p.onnx"
     code, _, err = cli("builtin:digits", "--method", "pknn", "--query-generator", "prior", "--eps", "4", *PKNN_FAST, "--out", out)
@@ -85,6 +94,11 @@ def test_pknn_on_prior_queries_is_record_level(tmp_path, cli):
     # checked before the generator is trained: what it leaves (0.05 at δ/2) cannot pay for screening 300 queries
     (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "train", "--generator-eps", "0.95"], "screening alone already costs"),
     (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "{d}/junk.safetensors"], "not a safetensors generator"),
+    # DPDFD-only flags are refused where they would be ignored
+    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--public-data", "builtin:digits", "--prior", "centred_fields"], "use it with --query-generator prior or train"),
+    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "prior", "--prior", "dafl"], "unknown --prior 'dafl'"),
+    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "prior", "--distill-loss", "ce"], "applies only to --query-generator train"),
+    (["--method", "dpdfd", "--eps", "1", "--public-data", "builtin:digits", "--prior", "centred_fields"], "drop one of them"),
 ])
 def test_bad_generator_inputs(tmp_path, cli, args, needle):
     (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")
