@@ -105,6 +105,14 @@ def check_output_path(out: Path) -> Path:
     return out
 
 
+def check_prior_name(name: str) -> str:
+    from dpconvert.generators import PRIORS
+
+    if name not in PRIORS:
+        raise DpconvertError(f"unknown --prior {name!r}; choose one of: {', '.join(PRIORS)}")
+    return name
+
+
 def check_generator_path(path: str, out: Path, has_generator: bool) -> None:
     p = Path(path)
     if not has_generator:
@@ -245,9 +253,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
     spec = teacher.spec
     if opts.public_data and opts.prior:
         raise DpconvertError("--prior picks the data-free query prior and --public-data replaces it: drop one of them")
-    prior_name = opts.prior or default_prior_name(spec)
-    if prior_name not in PRIORS:
-        raise DpconvertError(f"unknown --prior {prior_name!r}; choose one of: {', '.join(PRIORS)}")
+    prior_name = check_prior_name(opts.prior or default_prior_name(spec))
     warnings = []
     batch_size = opts.batch_size or default_batch_size(spec)
     if batch_size < 1:

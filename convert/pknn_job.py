@@ -197,14 +197,14 @@ class QuerySource:
 
 
 def _check_query_flags(opts: ConvertOptions) -> None:
-    from dpconvert.generators import PRIORS
+    from .pipeline import check_generator_path, check_prior_name
 
     if opts.public_data and opts.query_generator:
         raise DpconvertError("give one query source: --public-data PATH or --query-generator (FILE, prior or train), not both")
     if opts.prior and opts.query_generator not in ("prior", "train"):
         raise DpconvertError("--prior picks the data-free query prior: with --method pknn use it with --query-generator prior or train")
-    if opts.prior and opts.prior not in PRIORS:
-        raise DpconvertError(f"unknown --prior {opts.prior!r}; choose one of: {', '.join(PRIORS)}")
+    if opts.prior:
+        check_prior_name(opts.prior)
     if opts.distill_loss and opts.query_generator != "train":
         raise DpconvertError("--distill-loss is DPDFD's; with --method pknn it applies only to --query-generator train")
     if opts.generator_eps is not None and opts.query_generator != "train":
@@ -216,8 +216,6 @@ def _check_query_flags(opts: ConvertOptions) -> None:
     if opts.save_generator and opts.query_generator != "train":
         raise DpconvertError("with --method pknn, --save-generator saves the generator trained in this run: add --query-generator train")
     if opts.save_generator:
-        from .pipeline import check_generator_path
-
         check_generator_path(opts.save_generator, opts.out, True)
 
 
