@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .accounting import DpdfdAccountant
+from .errors import DpconvertError
 from .mechanisms import NormalisedGaussianRelease
 from .noise import mechanism_rng
 from .registry import Registry
@@ -155,6 +156,14 @@ def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
+def first_occurrences(x: torch.Tensor) -> torch.Tensor:
+    """Indices of the first copy of each distinct row (sample) of x, in their original order."""
+    _, inverse = torch.unique(x.reshape(len(x), -1), dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), len(x), dtype=torch.long, device=x.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(len(x), device=x.device), "amin")
+    return first.sort().values
+
+
 def _batched(fn: Callable, x: torch.Tensor, size: int) -> torch.Tensor:
     return torch.cat([fn(chunk) for chunk in x.split(size)])
 
@@ -233,12 +242,33 @@ class Dpdfd:
             self.generator.train()
         return torch.cat(parts)
 
+    @torch.no_grad()
+    def distinct_queries(self, n: int, max_rounds: int = 20) -> torch.Tensor:
+        """n pairwise-distinct inputs for one release.
+
+        The query-level analysis (ALGORITHMS.md §1) lets one teacher answer move
+        one row of the release by at most C. The same input twice in a release
+        puts that answer in two rows (L2 sensitivity √2·C, and its noise would
+        average away), so repeated inputs (e.g. a public image under the same
+        shift and flip) are replaced by fresh draws. Continuous priors never repeat,
+        and then this costs one sort and changes nothing.
+        """
+        x = self.synthesise(n)
+        for _ in range(max_rounds):
+            x = x[first_occurrences(x)]
+            if len(x) >= n:
+                return x[:n]
+            x = torch.cat([x, self.synthesise(n - len(x))])
+        raise DpconvertError(
+            f"the query source gave only {len(first_occurrences(x))} distinct inputs for a release of {n}: lower "
+            f"--batch-size, or give more --public-data images")
+
     # ------------------------------------------------------------ one round
     def release(self) -> dict:
         """Alg. 1 lines 2–10: synthesise B inputs, query the teacher, release noisy output gradients."""
         cfg, times = self.cfg, {}
         t0 = time.perf_counter()
-        x = self.synthesise(cfg.batch_size)
+        x = self.distinct_queries(cfg.batch_size)
         times["generator"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         with torch.inference_mode():

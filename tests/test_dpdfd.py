@@ -277,3 +277,35 @@ def test_default_prior_follows_the_input_size():
     assert default_prior_name(SPEC) == "random_fields"  # 8×8: the prior that carries the digits results
     assert default_prior_name(InputSpec(1, 28, 28, 10)) == "centred_fields"
     assert set(PRIORS) <= set(GENERATORS.names())
+
+
+def _public_source(n_images, **augment):
+    from dpconvert.generators.public_images import PublicImageSource
+
+    return PublicImageSource(torch.randn(n_images, SPEC.channels, SPEC.height, SPEC.width, generator=torch.Generator().manual_seed(0)),
+                             **augment)
+
+
+def test_a_release_never_repeats_an_input():
+    """The query-level sensitivity C holds when one teacher answer moves one row: a repeated input is redrawn."""
+    source = _public_source(20, max_shift=1, flip=True, mix_prob=0.0)  # 20 images × 9 shifts × 2 flips = 360 inputs
+    teacher, student, _ = _teacher_student_and_twin()
+    job = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(releases=1, batch_size=200, sigma=1.0), DpdfdAccountant(),
+                prior=source)
+    job.release()
+    x = job.buffer_x[0]
+    assert len(x) == len(torch.unique(x.flatten(1), dim=0)) == 200
+    # 200 plain draws from 360 inputs do repeat (birthday bound), so this test fails if the redraw is removed
+    z, _ = job.sample(200, source.nz)
+    assert len(torch.unique(source(z).flatten(1), dim=0)) < 200
+
+
+def test_a_release_larger_than_the_distinct_inputs_is_refused():
+    from dpconvert.errors import DpconvertError
+
+    teacher, student, _ = _teacher_student_and_twin()
+    job = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(releases=1, batch_size=5, sigma=1.0), DpdfdAccountant(),
+                prior=_public_source(3, max_shift=0, flip=False, mix_prob=0.0))
+    with pytest.raises(DpconvertError, match="only 3 distinct inputs.*--batch-size"):
+        job.release()
+    assert not job.buffer_x

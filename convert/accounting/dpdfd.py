@@ -13,6 +13,9 @@ named explicitly on the card:
   sensitivity 2C·√B → multiplier σ/(2√B).
 
 T steps compose to one Gaussian with multiplier σ/√T (exact, analytic).
+"One teacher answer is one row" needs the inputs of a step to be distinct;
+``Dpdfd.distinct_queries`` redraws repeats (an input k times in one step would
+have sensitivity √k·C).
 """
 
 from __future__ import annotations
