@@ -28,8 +28,8 @@ PRIORS = {"random_fields": "random-field prior", "centred_fields": "centred rand
 
 def default_prior_name(spec) -> str:
     """Above 16×16 pixels the centred prior (FMNIST ε=1, with the logit adjustment: 50.2 % on two seeds against 41.7 % for
-    the plain prior in a simulation, 51.7 % in the pipeline; benchmarks/RESULTS.md §3); the plain prior carries the 8×8
-    digits results (§1)."""
+    the plain prior in a simulation; 51.7 / 53.8 / 65.0 % over pipeline seeds 0-2; benchmarks/RESULTS.md §3); the plain
+    prior carries the 8×8 digits results (§1)."""
     return "centred_fields" if spec.channels * spec.height * spec.width > 256 else "random_fields"
 
 
