@@ -188,6 +188,11 @@ def audit_model(path: Path, policy: Policy, run_model: bool = True) -> ModelAudi
     except DpconvertError as e:
         a.add("ε recomputed", False, str(e))
 
+    for m in _dpdfd_blocks(card.data):
+        ok = not _may_repeat_inputs(m)
+        a.add("inputs distinct", ok, "" if ok else "its DPDFD release drew public images without the distinct-input guard, so one answer "
+              "could fill several rows and the card's query-level ε is understated: reconvert with a current dpconvert")
+
     canary = (card.data.get("audit") or {}).get("canary")
     if canary:  # an empirical lower bound above the proven upper bound means something is wrong
         lb = float(canary["epsilon_lower_bound"])
@@ -237,6 +242,19 @@ def _mechanism_blocks(data: dict) -> list[dict]:
     m = data.get("mechanism") or {}
     inner = (m.get("query_generator") or {}).get("dpdfd")
     return [m] + ([inner] if inner else [])
+
+
+def _dpdfd_blocks(data: dict) -> list[dict]:
+    m = data.get("mechanism") or {}
+    return [b for b in _mechanism_blocks(data) if b is not m or m.get("method") == "dpdfd"]
+
+
+def _may_repeat_inputs(m: dict) -> bool:
+    """A DPDFD card from before ``Dpdfd.distinct_queries`` whose queries were public images: the same augmented image
+    could sit in several rows of one release (up to 5 at B=100k from 5k images), sensitivity √k·C instead of C. The
+    data-free priors are continuous and never repeated an input, so their older cards stay valid."""
+    noisy = float(m.get("sigma") or 0) > 0  # at σ=0 the card says ε=∞, which repeats cannot understate
+    return noisy and "public images" in str(m.get("query_source", "")) and not m.get("distinct_inputs")
 
 
 def _check_runs(a: ModelAudit, model_path: Path, input_shape: list) -> None:

@@ -341,6 +341,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
             "method": "dpdfd",
             "sigma": plan["sigma"], "clip": opts.clip, "batch_size": batch_size, "releases": opts.releases,
             "distill_loss": cfg.distill_loss, **noise_info,
+            "distinct_inputs": True,  # Dpdfd.distinct_queries: no input twice in a release (the auditor checks for it)
             "query_source": source + (f" + {opts.generator} generator" if generator is not None else "")
                             + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
             "config": cfg.to_dict(),

@@ -293,7 +293,7 @@ def _train_query_generator(teacher, opts: ConvertOptions, n: int, rng, on_progre
     m = dpdfd.mechanism
     info = {"file": None, "trained_in_this_run": True, "architecture": name, "teacher_sha256": teacher.sha256,
             "dpdfd_epsilon_at_its_delta": cost.card_epsilon, "its_delta": cost.card_delta, "samples": n,
-            "dpdfd": {k: m[k] for k in ("sigma", "clip", "batch_size", "releases", "query_source", "noise_rng", "noise_secret")}}
+            "dpdfd": {k: m[k] for k in ("sigma", "clip", "batch_size", "releases", "query_source", "noise_rng", "noise_secret", "distinct_inputs")}}
     return QuerySource(sample_queries(dpdfd.generator.eval(), n, teacher.spec.num_classes, rng),
                        f"DPDFD generator trained in this run ({name}; ε share {share:g} at δ/2; {n} samples)",
                        "the teacher beyond the generator's query-level DPDFD guarantee (see record_level_epsilon)",

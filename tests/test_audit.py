@@ -143,3 +143,20 @@ def test_reading_a_card_imports_no_torch(zoo):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "False", r.stderr
+
+
+def test_public_query_card_without_the_distinct_input_guard_fails(cli, zoo, tmp_path):
+    """Cards written before a release refused repeated inputs understate ε when the queries were public images."""
+    card = PrivacyCard.read(zoo / "good" / "student0.onnx.card.json")
+    assert card.data["mechanism"]["distinct_inputs"] is True
+    card.data["mechanism"]["query_source"] = "public images pub.npz (5000, unlabelled; shift/flip/mixup augmentation) — not data-free"
+    for name, guarded in (("guarded", True), ("old", False)):
+        dst = tmp_path / f"{name}.onnx"
+        shutil.copy(zoo / "good" / "student0.onnx", dst)
+        if not guarded:
+            del card.data["mechanism"]["distinct_inputs"]
+        (tmp_path / f"{name}.onnx.card.json").write_text(card.to_json())
+    _, report, _ = _report(cli, tmp_path, tmp_path / "guarded.onnx", tmp_path / "old.onnx")
+    checks = {m["path"].split("/")[-1]: {c["name"]: c for c in m["checks"]} for m in report["models"]}
+    assert checks["guarded.onnx"]["inputs distinct"]["ok"]
+    assert not checks["old.onnx"]["inputs distinct"]["ok"] and "understated" in checks["old.onnx"]["inputs distinct"]["detail"]
