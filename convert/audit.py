@@ -2,23 +2,25 @@
 
 For every model found (a file, its card, or a directory scanned recursively):
 card present (sidecar and/or embedded) → schema valid → copies agree → model
-hash matches → ε recomputed from the card's own mechanism events with the
-project's accountant (a card claiming less fails) → policy → the ONNX model
-runs in onnxruntime on a dummy batch of the card's input shape. No torch.
+hash matches → every privacy-relevant field checked against the card's own
+accountant events (``card_checks``: ε, record-level ε, scope and adjacency
+derived from the accountant, mechanism block, config, counts) → the noise was
+secret (unless the policy allows seeded noise) → signature (``--trusted-keys``,
+``--require-signature``) → policy → the ONNX model runs in onnxruntime on a
+dummy batch of the card's input shape. No torch.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from .card_checks import as_float as _as_float
+from .card_checks import check_card, noise_blocks
 from .errors import DpconvertError
 
 MODEL_SUFFIXES = (".onnx", ".pt", ".pt2", ".safetensors")
-REL_TOL = 1e-9
 
 
 @dataclass
@@ -29,11 +31,23 @@ class Policy:
     max_record_eps: Optional[float] = None
     min_accuracy: Optional[float] = None
     allow_missing: bool = False
-    require_secret_noise: bool = False
+    allow_seeded_noise: bool = False  # by default a card whose noise was seeded (not secret) fails
+    require_signature: bool = False
+    trusted_keys: Optional[str] = None  # a directory of *.pub Ed25519 keys (or one key file)
 
     def __post_init__(self) -> None:
         if self.require_scope not in (None, "query", "record"):
             raise DpconvertError(f"--require-scope must be query or record, got {self.require_scope!r}")
+        if self.require_signature and self.trusted_keys is None:
+            raise DpconvertError("--require-signature needs --trusted-keys DIR (the public keys whose signatures you accept)")
+        self.trusted = None
+        if self.trusted_keys is not None:
+            from dpconvert.zoo_cards.signing import load_trusted_keys
+
+            self.trusted = load_trusted_keys(self.trusted_keys)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "trusted"}
 
 
 @dataclass
@@ -106,35 +120,6 @@ def _model_of_card(card: Path) -> Path:
     return card.with_name(card.name[: -len(CARD_SUFFIX_JSON)])
 
 
-def recompute(card_data: dict) -> dict[str, float]:
-    """ε (reported scope) and the record-level worst case, from the card's events alone."""
-    from .accounting import ACCOUNTANTS
-
-    acct = card_data["accounting"]
-    accountant = ACCOUNTANTS.get(acct["accountant"])().load_state_dict(acct["state"])
-    delta = float(card_data["guarantee"]["delta"])
-    out = {"epsilon": accountant.epsilon(delta=delta)}
-    if hasattr(accountant, "record_level_epsilon"):
-        out["record_level_epsilon"] = accountant.record_level_epsilon(delta=delta)
-    if accountant.name == "dpdfd":
-        _check_dpdfd_mechanism(card_data["mechanism"], accountant)
-    return out
-
-
-def _check_dpdfd_mechanism(mech: dict, accountant) -> None:
-    """The mechanism block and the events must describe the same noise."""
-    for e in accountant.events:
-        for key in ("sigma", "clip", "batch_size"):
-            if key in mech and not math.isclose(float(mech[key]), float(e.params[key]), rel_tol=REL_TOL):
-                raise DpconvertError(f"mechanism {key}={mech[key]} disagrees with the accounted events ({key}={e.params[key]})")
-    if "releases" in mech and int(mech["releases"]) != accountant.count("normalised_gaussian_release"):
-        raise DpconvertError(f"mechanism says {mech['releases']} releases but the events count {accountant.count('normalised_gaussian_release')}")
-
-
-def _as_float(v) -> float:
-    return math.inf if isinstance(v, str) else float(v)
-
-
 def audit_model(path: Path, policy: Policy, run_model: bool = True) -> ModelAudit:
     from dpconvert.zoo_cards import PrivacyCard, card_paths, extract_card
     from dpconvert.zoo_cards.onnx_meta import load_onnx
@@ -177,21 +162,18 @@ def audit_model(path: Path, policy: Policy, run_model: bool = True) -> ModelAudi
     if model_path.exists():
         actual = _hash(model_path, proto, card.data["model"])
         a.add("model hash", actual == card.model_sha256, "" if actual == card.model_sha256 else "weights/graph differ from the card (sha256 mismatch)")
-    try:
-        r = recompute(card.data)
-        a.recomputed_epsilon = r["epsilon"]
-        ok = a.epsilon >= r["epsilon"] * (1 - REL_TOL)
-        a.add("ε recomputed", ok, f"{r['epsilon']:.6g}" if ok else f"card claims ε={a.epsilon:.6g} but its mechanism gives ε={r['epsilon']:.6g}")
-        if "record_level_epsilon" in r:
-            ok = a.record_level_epsilon >= r["record_level_epsilon"] * (1 - REL_TOL)
-            a.add("record-level ε recomputed", ok, "" if ok else f"card claims {a.record_level_epsilon:.6g} < recomputed {r['record_level_epsilon']:.6g}")
-    except DpconvertError as e:
-        a.add("ε recomputed", False, str(e))
-
-    for m in _dpdfd_blocks(card.data):
-        ok = not _may_repeat_inputs(m)
-        a.add("inputs distinct", ok, "" if ok else "its DPDFD release drew public images without the distinct-input guard, so one answer "
-              "could fill several rows and the card's query-level ε is understated: reconvert with a current dpconvert")
+    true, problems = check_card(card.data)
+    if true:
+        a.recomputed_epsilon = true["epsilon"]
+        a.scope = true["scope"]  # derived from the accountant, never read from the card
+        a.record_level_epsilon = max(a.record_level_epsilon, true["record_level_epsilon"])
+    a.add("ε recomputed", bool(true) and not any(f == "guarantee.epsilon" for f, _ in problems),
+          f"{true['epsilon']:.6g}" if true else "the events cannot be replayed")
+    for where, message in problems:
+        a.add(f"consistent: {where}", False, f"{where}: {message}")
+    if not problems:
+        a.add("card consistent", True, "every privacy-relevant field agrees with the accountant events")
+    _check_signature(a, card, policy)
 
     canary = (card.data.get("audit") or {}).get("canary")
     if canary:  # an empirical lower bound above the proven upper bound means something is wrong
@@ -207,18 +189,28 @@ def audit_model(path: Path, policy: Policy, run_model: bool = True) -> ModelAudi
 def _hash(model_path: Path, proto, model_block: dict) -> str:
     from dpconvert.zoo_cards import model_sha256
 
+    from .hashing import file_sha256
+
     if proto is not None:
         return model_sha256(proto)
-    h = hashlib.sha256()
-    with open(model_path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_sha256(model_path)
+
+
+def _check_signature(a: ModelAudit, card, p: Policy) -> None:
+    from dpconvert.zoo_cards.signing import verify_card
+
+    status, detail = verify_card(card, p.trusted)
+    if status == "unsigned":
+        a.add("signature", not p.require_signature, "the card is not signed" + (" (--require-signature)" if p.require_signature else ""))
+    elif status == "unchecked":
+        a.add("signature", not p.require_signature, detail + (" (--require-signature needs --trusted-keys)" if p.require_signature else ""))
+    else:
+        a.add("signature", status == "valid", detail)
 
 
 def _apply_policy(a: ModelAudit, data: dict, p: Policy) -> None:
-    eps = a.recomputed_epsilon if a.recomputed_epsilon is not None else a.epsilon
-    eps = max(eps, a.epsilon)
+    eps = max(a.epsilon, a.recomputed_epsilon if a.recomputed_epsilon is not None else a.epsilon)
+    rec = a.record_level_epsilon  # the larger of the card's and the recomputed one
     if p.max_eps is not None:
         a.add("policy max ε", eps <= p.max_eps, f"ε={eps:.4g} > {p.max_eps:g}" if eps > p.max_eps else "")
     if p.max_delta is not None:
@@ -226,35 +218,18 @@ def _apply_policy(a: ModelAudit, data: dict, p: Policy) -> None:
     if p.require_scope is not None:
         a.add("policy scope", a.scope == p.require_scope, f"scope is {a.scope!r}, policy requires {p.require_scope!r}" if a.scope != p.require_scope else "")
     if p.max_record_eps is not None:
-        ok = a.record_level_epsilon <= p.max_record_eps
-        a.add("policy max record-level ε", ok, "" if ok else f"record-level ε={a.record_level_epsilon:.4g} > {p.max_record_eps:g}")
-    if p.require_secret_noise:
-        ok = all(m.get("noise_secret") is True for m in _mechanism_blocks(data))  # older cards lack the field: not secret
-        a.add("policy secret noise", ok, "" if ok else "the DP noise was seeded from the seed on the card (reconvert with --secret-noise)")
+        ok = rec <= p.max_record_eps
+        a.add("policy max record-level ε", ok, "" if ok else f"record-level ε={rec:.4g} > {p.max_record_eps:g}")
+    seeded = [where for where, m in noise_blocks(data) if m.get("noise_secret") is not True]  # older cards lack the field: not secret
+    if seeded and p.allow_seeded_noise:
+        a.add("secret noise", True, "seeded noise allowed by --allow-seeded-noise: the ε does not hold against anyone who knows the seed")
+    else:
+        a.add("secret noise", not seeded, "" if not seeded else f"{', '.join(seeded)}: the DP noise was not secret (seeded from --seed, or "
+              "not recorded): anyone with the seed can subtract it; reconvert without --seeded-noise")
     if p.min_accuracy is not None:
         acc = (data.get("utility") or {}).get("student_accuracy")
         ok = acc is not None and acc >= p.min_accuracy
         a.add("policy min accuracy", ok, "" if ok else ("no accuracy on the card" if acc is None else f"accuracy {acc:.4f} < {p.min_accuracy:g}"))
-
-
-def _mechanism_blocks(data: dict) -> list[dict]:
-    """The card's mechanism and, for Private-kNN on an in-run generator, that generator's DPDFD mechanism."""
-    m = data.get("mechanism") or {}
-    inner = (m.get("query_generator") or {}).get("dpdfd")
-    return [m] + ([inner] if inner else [])
-
-
-def _dpdfd_blocks(data: dict) -> list[dict]:
-    m = data.get("mechanism") or {}
-    return [b for b in _mechanism_blocks(data) if b is not m or m.get("method") == "dpdfd"]
-
-
-def _may_repeat_inputs(m: dict) -> bool:
-    """A DPDFD card from before ``Dpdfd.distinct_queries`` whose queries were public images: the same augmented image
-    could sit in several rows of one release (up to 5 at B=100k from 5k images), sensitivity √k·C instead of C. The
-    data-free priors are continuous and never repeated an input, so their older cards stay valid."""
-    noisy = float(m.get("sigma") or 0) > 0  # at σ=0 the card says ε=∞, which repeats cannot understate
-    return noisy and "public images" in str(m.get("query_source", "")) and not m.get("distinct_inputs")
 
 
 def _check_runs(a: ModelAudit, model_path: Path, input_shape: list) -> None:

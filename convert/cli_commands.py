@@ -113,7 +113,7 @@ def convert(
     distill_loss: Annotated[Optional[str], typer.Option("--distill-loss", help="DPDFD's L_T: logits (default: centred logit matching, the whole class ranking per query), ce (the paper's: teacher argmax only) or kd.")] = None,
     epochs: Annotated[Optional[int], typer.Option("--epochs", help="Student passes over the released pairs after each release (default from the input size).")] = None,
     eval_data: Annotated[Optional[str], typer.Option("--eval-data", help="Labelled data to report accuracy on (not covered by the guarantee).")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for everything, including the DP noise stream.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for everything but the DP noise (queries, student, training order); the noise is secret unless --seeded-noise.")] = 0,
     device: Device = "cpu",
     arch: Arch = None,
     num_classes: NumClasses = None,
@@ -140,7 +140,9 @@ def convert(
     labels: Annotated[str, typer.Option("--labels", help="Private-kNN: student targets from the released noisy vote histogram: soft (tempered softmax) or hard (argmax). Same ε.")] = PKNN_DEFAULTS["labels"],
     save_generator: Annotated[Optional[str], typer.Option("--save-generator", help="Save the learned generator and its DPDFD cost to FILE.safetensors (DPDFD with --generator; Private-kNN with --query-generator train).")] = None,
     query_generator: Annotated[Optional[str], typer.Option("--query-generator", help="Private-kNN: queries from a generator FILE saved with --save-generator (its cost is composed in), 'train' (DPDFD trains one in this run, cost composed in) or 'prior' (data-independent).")] = None,
-    secret_noise: Annotated[bool, typer.Option("--secret-noise", help="Draw the DP noise and subsamples from an OS-entropy seed that is never recorded (for a public release; the student is then not reproducible). Default: seeded from --seed, with a warning on the card.")] = False,
+    seeded_noise: Annotated[bool, typer.Option("--seeded-noise", help="For tests and benchmarks only: draw the DP noise and subsamples from --seed (reproducible, NOT secret: anyone with the card can regenerate the noise; the card says so and audit fails it unless --allow-seeded-noise). Default: secret noise from OS entropy, never recorded.")] = False,
+    sign_key: Annotated[Optional[Path], typer.Option("--sign-key", help="Sign the card with this Ed25519 private key (dpconvert card keygen); audit --trusted-keys checks it.")] = None,
+    pixel_range: Annotated[Optional[float], typer.Option("--pixel-range", help="Maximum pixel value of data stored as float or wide integers (e.g. 255); default: uint8 is 0..255, float must be in [0, 1]. Never inferred from the data.")] = None,
     generator_eps: Annotated[Optional[float], typer.Option("--generator-eps", help="Private-kNN with --query-generator train: the generator's share of --eps (default half); the rest labels the queries.")] = None,
 ) -> None:
     """Convert TEACHER into a DP student (DPDFD or Private-kNN) with an ONNX export and a privacy card."""
@@ -159,7 +161,7 @@ def convert(
                           command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
                           method=method, private_data=private_data, public_data=public_data, canaries=canaries,
                           save_generator=save_generator, query_generator=query_generator, generator_eps=generator_eps,
-                          secret_noise=secret_noise,
+                          seeded_noise=seeded_noise, pixel_range=pixel_range, sign_key=str(sign_key) if sign_key else None,
                           pknn={"k": k, "sampling_rate": sampling_rate, "sigma1": sigma1, "threshold": threshold, "sigma2": sigma2,
                                 "rounds": rounds, "queries": queries, "features": features, "labels": labels, "knn": knn, **({"student_epochs": epochs} if epochs else {})})
     reporter = _ProgressReporter(steps, console.err if as_json else console.out)  # `out` here is the --out path
@@ -284,7 +286,10 @@ def audit(
     max_record_eps: Annotated[Optional[float], typer.Option("--max-record-eps", help="Fail models whose record-level ε exceeds this.")] = None,
     min_accuracy: Annotated[Optional[float], typer.Option("--min-accuracy", help="Fail models whose card reports lower student accuracy.")] = None,
     allow_missing: Annotated[bool, typer.Option("--allow-missing", help="Models without a card pass (reported as 'no DP guarantee').")] = False,
-    require_secret_noise: Annotated[bool, typer.Option("--require-secret-noise", help="Fail models whose DP noise was seeded from the seed on their card (converted without --secret-noise).")] = False,
+    allow_seeded_noise: Annotated[bool, typer.Option("--allow-seeded-noise", help="Let models whose DP noise was seeded (--seeded-noise: reproducible, not secret) pass; by default they fail.")] = False,
+    trusted_keys: Annotated[Optional[Path], typer.Option("--trusted-keys", help="A folder of *.pub Ed25519 keys (or one key): signatures by these keys are verified, others fail.")] = None,
+    require_signature: Annotated[bool, typer.Option("--require-signature", help="Fail models whose card is not signed by a key in --trusted-keys.")] = False,
+    require_secret_noise: Annotated[bool, typer.Option("--require-secret-noise", hidden=True, help="Kept for old CI configs: secret noise is now always required unless --allow-seeded-noise.")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the full report as JSON to this file.")] = None,
     members: Annotated[Optional[str], typer.Option("--members", help="Membership inference: data the model was trained on (labelled).")] = None,
     non_members: Annotated[Optional[str], typer.Option("--non-members", help="Membership inference: data it was not trained on (labelled).")] = None,
@@ -307,7 +312,8 @@ def audit(
     from .errors import DpconvertError
 
     try:
-        policy = Policy(max_eps, max_delta, require_scope, max_record_eps, min_accuracy, allow_missing, require_secret_noise)
+        policy = Policy(max_eps, max_delta, require_scope, max_record_eps, min_accuracy, allow_missing, allow_seeded_noise, require_signature,
+                        str(trusted_keys) if trusted_keys else None)
         results = run_audit(paths, policy)
         if (members is None) != (non_members is None):
             raise DpconvertError("membership inference needs both --members and --non-members")
@@ -327,7 +333,7 @@ def audit(
             for path, entry in mia.items():
                 record_in_card(path, entry, members, non_members)
     if json_path is not None:
-        report = {"policy": policy.__dict__, "passed": all(r.passed for r in results), "models": [r.to_dict() for r in results]}
+        report = {"policy": policy.to_dict(), "passed": all(r.passed for r in results), "models": [r.to_dict() for r in results]}
         if mia:
             report["membership_inference"] = mia
         from .atomic import AtomicOutputs
@@ -415,8 +421,11 @@ def card_show(
 @card_app.command("verify")
 def card_verify(
     file: Annotated[Path, typer.Argument(help="A model file or its *.card.json.")],
-    max_eps: Annotated[Optional[float], typer.Option("--max-eps")] = None,
-    require_scope: Annotated[Optional[str], typer.Option("--require-scope")] = None,
+    max_eps: Annotated[Optional[float], typer.Option("--max-eps", help="Fail if ε exceeds this.")] = None,
+    require_scope: Annotated[Optional[str], typer.Option("--require-scope", help="Require this scope: record or query.")] = None,
+    allow_seeded_noise: Annotated[bool, typer.Option("--allow-seeded-noise", help="Let a card with seeded (not secret) noise pass.")] = False,
+    trusted_keys: Annotated[Optional[Path], typer.Option("--trusted-keys", help="A folder of *.pub keys whose signatures are accepted.")] = None,
+    require_signature: Annotated[bool, typer.Option("--require-signature", help="Fail unless signed by a key in --trusted-keys.")] = False,
 ) -> None:
     """Run the audit checks on one model or card."""
     from .audit import Policy, audit_model, discover
@@ -424,11 +433,36 @@ def card_verify(
 
     try:
         (target,) = discover([str(file)])
-        result = audit_model(target, Policy(max_eps=max_eps, require_scope=require_scope))
+        policy = Policy(max_eps=max_eps, require_scope=require_scope, allow_seeded_noise=allow_seeded_noise,
+                        trusted_keys=str(trusted_keys) if trusted_keys else None, require_signature=require_signature)
+        result = audit_model(target, policy)
     except DpconvertError as e:
         _exit_usage(str(e))
     _print_audit([result])
     for c in result.checks:
-        out.print(f"{'ok ' if c.ok else 'FAIL'} {c.name}" + (f": {c.detail}" if c.detail else ""))
+        out.print(f"{'ok ' if c.ok else 'FAIL'} {c.name}" + (f": {c.detail}" if c.detail else ""), markup=False)
     if not result.passed:
         raise typer.Exit(1)
+
+
+@card_app.command("keygen")
+def card_keygen(
+    path: Annotated[Path, typer.Argument(help="Where to write the private key (mode 0600); the public key goes to PATH.pub.")],
+) -> None:
+    """Create an Ed25519 key pair for signing cards. Keep PATH secret (a CI secret); publish PATH.pub to auditors."""
+    from dpconvert.zoo_cards.signing import generate_key
+
+    priv, pub, kid = generate_key(path)
+    out.print(f"private key {priv} (keep secret), public key {pub}, key id {kid}", markup=False)
+
+
+@card_app.command("sign")
+def card_sign(
+    model: Annotated[Path, typer.Argument(help="An .onnx model written by dpconvert.")],
+    key: Annotated[Path, typer.Option("--key", help="The Ed25519 private key (dpconvert card keygen).")],
+) -> None:
+    """Sign a model's card: the embedded copy, OUT.card.json and OUT.card.md are rewritten together."""
+    from dpconvert.zoo_cards.signing import load_private_key, sign_model
+
+    signed = sign_model(model, load_private_key(key))
+    out.print(f"signed {model} with key {signed.data['signature']['key_id']}", markup=False)

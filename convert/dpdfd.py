@@ -184,8 +184,8 @@ class Dpdfd:
             torch.nn.init.zeros_(head.weight)
             torch.nn.init.zeros_(head.bias)
         self.device = device
-        # the DP noise: its own stream (convert/noise.py: seeded from --seed, or secret)
-        self.noise_rng = noise_rng if noise_rng is not None else mechanism_rng(cfg.seed, secret=False)[0]
+        # the DP noise: its own stream (convert/noise.py: secret unless seeded noise was asked for)
+        self.noise_rng = noise_rng if noise_rng is not None else mechanism_rng(cfg.seed)[0]
         self.mechanism = NormalisedGaussianRelease(sigma=cfg.sigma, clip=cfg.clip, accountant=accountant, generator=self.noise_rng)
         self.accountant = accountant
         self.opt_s = torch.optim.Adam(self.student.parameters(), lr=cfg.student_lr)
@@ -241,6 +241,15 @@ class Dpdfd:
             parts.append(_batched(lambda i: self._generate(z[i], labels[i]), torch.arange(n - n_prior), 1024))
             self.generator.train()
         return torch.cat(parts)
+
+    @torch.no_grad()
+    def probe_inputs(self, n: int) -> torch.Tensor:
+        """n inputs from the query source for checks before the first release; the query stream is left as it was."""
+        state = self.rng.get_state()
+        try:
+            return self.synthesise(n)
+        finally:
+            self.rng.set_state(state)
 
     @torch.no_grad()
     def distinct_queries(self, n: int, max_rounds: int = 20) -> torch.Tensor:

@@ -24,11 +24,18 @@ class NormalisedGaussianRelease:
             raise ValueError("sigma must be >= 0 and clip > 0")
         self.sigma, self.clip, self.stability = float(sigma), float(clip), float(stability)
         self.accountant = accountant
-        self.generator = generator  # explicitly seeded; recorded on the card
+        self.generator = generator  # secret by default (convert/noise.py)
+        self.zeroed_rows = 0  # non-finite rows replaced by zero rows (console only: a count of answers is data-dependent)
 
     def normalise(self, grads: torch.Tensor) -> torch.Tensor:
+        """Rows scaled to norm ≤ C. A non-finite row (an inf/NaN teacher answer) becomes a zero row: the bound holds for
+        any input, nothing non-finite is released, and the run does not stop on a condition that depends on the answers."""
+        finite = torch.isfinite(grads).all(dim=1, keepdim=True)
+        self.zeroed_rows += int((~finite).sum())
+        grads = torch.where(finite, grads, torch.zeros_like(grads))
         norms = grads.norm(dim=1, keepdim=True)
-        return self.clip * grads / (norms + self.stability)
+        g = self.clip * grads / (norms + self.stability)
+        return torch.where(torch.isfinite(g).all(dim=1, keepdim=True), g, torch.zeros_like(g))  # a norm that overflowed
 
     def release(self, grads: torch.Tensor) -> torch.Tensor:
         if grads.ndim != 2:

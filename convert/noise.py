@@ -1,31 +1,71 @@
 """The random stream a DP mechanism draws its noise and Poisson subsamples from.
 
 The proofs behind every ε assume the adversary cannot predict that randomness.
-A stream seeded from ``--seed`` makes a run reproducible (the issue's UX), but
-the seed is printed on the card, and anyone who knows it can regenerate the
-noise and the subsamples. So the card says which kind of stream ran
-(``noise_rng``, ``noise_secret``), warns
-when it is the seeded one, and ``audit --require-secret-noise`` refuses it.
-``--secret-noise`` seeds the stream from OS entropy (``secrets``) and never
-writes the seed down (Opacus's ``secure_mode`` plays the same role). The
-generator is torch's Mersenne Twister: its 63-bit seed is secret, but it is not
-a cryptographic generator (Opacus uses torchcsprng for that).
+So by default the stream is **secret**: torch's CPU generator (Mersenne Twister,
+MT19937) with its whole 624-word state filled from the operating system's
+entropy (``os.urandom``: 19 968 bits, far above the 128 bits asked for), and
+that state is written nowhere. ``torch.Generator.manual_seed`` would take only
+64 bits, so the state is set directly (``set_state``) and read back to check.
+
+Why MT19937 is adequate here: its outputs are predictable only from its state
+or from about 624 consecutive raw outputs, and no raw output ever leaves the
+mechanism: what is published are noisy sums (teacher rows + noise, votes +
+noise), the screening bits and the student trained on them. A cryptographic
+generator would also resist an adversary who sees raw draws, which is not this
+threat model (Opacus uses torchcsprng for its ``secure_mode`` for the same
+purpose). Known limit, shared with every floating-point DP library: Gaussian
+samples are floating-point numbers, not exact reals (Mironov 2012 showed
+attacks on naive floating-point Laplace noise); dpconvert does not use a
+discrete or snapping mechanism.
+
+``--seeded-noise`` (tests, benchmarks, reproducibility studies) draws the same
+stream from ``--seed`` instead. Anyone who reads that seed on the card can
+regenerate the noise and subtract it, so such a card says so (``noise_secret:
+false`` and a warning), and ``dpconvert audit`` fails it unless the policy
+allows seeded noise (``--allow-seeded-noise``).
 """
 
 from __future__ import annotations
 
-import secrets
+import os
+import struct
 
 import torch
 
-SEEDED_WARNING = ("the DP noise and subsampling were drawn from a stream seeded with the seed on this card: anyone who knows it can "
-                  "regenerate them, so the ε holds only against an adversary who does not; convert with --secret-noise for a public release")
+SEEDED_WARNING = ("the DP noise and subsampling were drawn from a stream seeded with --seed (--seeded-noise): anyone who knows the "
+                  "seed can regenerate them and subtract the noise, so this ε holds only against an adversary who does not; "
+                  "convert without --seeded-noise for a release")
+
+SECRET_RNG = ("torch CPU Mersenne Twister (MT19937) whose whole 19 968-bit state was filled from os.urandom; "
+              "the state is not recorded anywhere")
+
+# torch's CPU generator state (CPUGeneratorImplStateLegacy): uint64 initial seed, int32 left, int32 seeded,
+# uint64 next, then uint64 state[624] holding the 32-bit MT words.
+_MT_WORDS = 624
+_STATE_OFFSET = 24
 
 
-def mechanism_rng(seed: int, secret: bool, offset: int = 1) -> tuple[torch.Generator, dict]:
-    """(generator, the card's ``noise_rng`` / ``noise_secret`` fields): from OS entropy when ``secret``, else from seed + offset."""
-    if secret:
-        return (torch.Generator().manual_seed(secrets.randbits(63)),
-                {"noise_rng": "torch.Generator (CPU) seeded from OS entropy (secrets.randbits(63)); the seed is not recorded", "noise_secret": True})
+def secret_generator() -> torch.Generator:
+    """A CPU generator whose MT19937 state comes entirely from os.urandom (never from a seed)."""
+    g = torch.Generator()
+    state = bytearray(g.get_state().numpy().tobytes())
+    words = struct.unpack(f"<{_MT_WORDS}I", os.urandom(4 * _MT_WORDS))
+    if not any(words):  # the all-zero state is MT's one degenerate state (probability 2^-19968)
+        return secret_generator()
+    struct.pack_into("<QiiQ", state, 0, 0, 1, 1, 0)  # initial seed 0 (none was used), left 1 → re-twist on first draw
+    struct.pack_into(f"<{_MT_WORDS}Q", state, _STATE_OFFSET, *words)
+    g.set_state(torch.frombuffer(state, dtype=torch.uint8).clone())
+    back = struct.unpack_from(f"<{_MT_WORDS}Q", g.get_state().numpy().tobytes(), _STATE_OFFSET)
+    if tuple(back) != words:  # torch changed its state layout: refuse rather than run with a guessable stream
+        raise RuntimeError("could not set the secret noise generator's state (torch's generator layout changed); "
+                           "this dpconvert does not support this torch version")
+    return g
+
+
+def mechanism_rng(seed: int, *, seeded: bool = False, offset: int = 1) -> tuple[torch.Generator, dict]:
+    """(generator, the card's ``noise_rng`` / ``noise_secret`` fields): secret by default, from seed + offset when ``seeded``."""
+    if not seeded:
+        return secret_generator(), {"noise_rng": SECRET_RNG, "noise_secret": True}
     return (torch.Generator().manual_seed(seed + offset),
-            {"noise_rng": f"torch.Generator (CPU) seeded with {seed + offset} (from --seed; reproducible, not secret)", "noise_secret": False})
+            {"noise_rng": f"torch CPU generator seeded with {seed + offset} (--seeded-noise: from --seed; reproducible, NOT secret)",
+             "noise_secret": False})

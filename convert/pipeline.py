@@ -59,7 +59,9 @@ class ConvertOptions:
     save_generator: Optional[str] = None  # DPDFD: save the learned generator (+ its DPDFD events) for Private-kNN queries
     query_generator: Optional[str] = None  # Private-kNN: queries from a saved generator FILE, "prior", or "train" (DPDFD in this run)
     generator_eps: Optional[float] = None  # Private-kNN with --query-generator train: the generator's share of --eps (default half)
-    secret_noise: bool = False  # draw the mechanism's noise/subsamples from an OS-entropy seed that is never recorded (convert/noise.py)
+    seeded_noise: bool = False  # opt-in (tests, benchmarks): draw the mechanism's noise/subsamples from --seed instead of OS entropy (convert/noise.py)
+    sign_key: Optional[str] = None  # an Ed25519 private key file: the card is signed before it is written (zoo_cards/signing.py)
+    pixel_range: Optional[float] = None  # the maximum pixel value of stored non-uint8 data (convert/data.py); None: uint8 or float in [0, 1]
 
 
 @dataclass
@@ -158,6 +160,7 @@ def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
 
     start = time.perf_counter()
     out = check_output_path(opts.out)
+    signing_key = _signing_key(opts.sign_key)  # an unreadable key fails now, not after the whole run
     method, reason = choose_method(opts)
     opts = replace(opts, method_reason=reason)  # the caller's options stay untouched
     if opts.canaries and method != "pknn":
@@ -168,10 +171,10 @@ def convert(teacher_source: str, opts: ConvertOptions, load_options=None,
     if opts.eval_data:
         from .data import load_data
 
-        eval_ds = load_data(opts.eval_data, teacher.spec, require_labels=True)
+        eval_ds = load_data(opts.eval_data, teacher.spec, require_labels=True, pixel_range=opts.pixel_range)
     result = METHODS.get(method)(teacher, opts, on_plan, on_progress)
     utility = evaluate(teacher, result.student, eval_ds, opts.device) if eval_ds is not None else None
-    card = _write_outputs(teacher_source, teacher, out, opts, result, utility)
+    card = _write_outputs(teacher_source, teacher, out, opts, result, utility, signing_key)
     for w in card.data["warnings"]:
         log.warning("warning: %s", w)
     return ConvertResult(out, *_card_paths(out), card, time.perf_counter() - start, result.rounds)
@@ -196,7 +199,15 @@ def _card_paths(out: Path):
     return card_paths(out)
 
 
-def _write_outputs(teacher_source, teacher, out: Path, opts: ConvertOptions, r: MethodOutput, utility):
+def _signing_key(path: Optional[str]):
+    if path is None:
+        return None
+    from dpconvert.zoo_cards.signing import load_private_key
+
+    return load_private_key(path)
+
+
+def _write_outputs(teacher_source, teacher, out: Path, opts: ConvertOptions, r: MethodOutput, utility, signing_key=None):
     from dpconvert.zoo_cards import PrivacyCard, model_sha256
     from dpconvert.zoo_cards.onnx_meta import SHA256_METHOD, write_model_with_card
 
@@ -229,6 +240,10 @@ def _write_outputs(teacher_source, teacher, out: Path, opts: ConvertOptions, r: 
         "audit": r.audit,
         "warnings": warnings,
     }).validate("generated card")
+    if signing_key is not None:
+        from dpconvert.zoo_cards.signing import sign_card
+
+        card = sign_card(card, signing_key)
     write_model_with_card(str(out), proto, card, extra=r.extra_files)
     return card
 
@@ -245,6 +260,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
     from .generators import PRIORS, create_generator, default_prior_name
     from .noise import SEEDED_WARNING, mechanism_rng
     from .students import create_student, default_student_name
+    from .teacher_checks import PROBE_SIZE, check_teacher
 
     if opts.clip <= 0:
         raise DpconvertError("--clip must be > 0")
@@ -259,6 +275,10 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
     if batch_size < 1:
         raise DpconvertError("--batch-size must be >= 1")
     plan = plan_for(opts, batch_size)
+    answers = batch_size * opts.releases
+    if opts.delta * answers > 1:  # δ is the chance the guarantee fails outright; with more protected answers than 1/δ it is weak
+        warnings.append(f"δ={opts.delta:g} is larger than 1/(B·T) = 1/{answers} for the {answers} protected teacher answers; "
+                        f"use --delta {10.0 ** -math.ceil(math.log10(answers)):g} or smaller")
     if opts.noise_multiplier is not None and opts.noise_multiplier == 0:
         warnings.append("noise multiplier 0: this student is NOT differentially private (ε = ∞); for comparison only")
     epochs = opts.student_epochs or default_epochs(spec)
@@ -277,7 +297,7 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
 
         from .data import load_data
 
-        public = load_data(opts.public_data, spec)
+        public = load_data(opts.public_data, spec, pixel_range=opts.pixel_range)
         if len(public) == 0:
             raise DpconvertError(f"{opts.public_data}: the public set is empty; give public images or drop --public-data")
         prior = PublicImageSource(public.x)
@@ -298,14 +318,18 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
     DISTILL_LOSSES.get(opts.overrides.get("distill_loss", settings["distill_loss"]))  # one-line error naming the choices
     cfg = DpdfdConfig(**{**settings, **opts.overrides})
     accountant = DpdfdAccountant()
-    noise_rng, noise_info = mechanism_rng(cfg.seed, opts.secret_noise)
-    if not opts.secret_noise:
+    noise_rng, noise_info = mechanism_rng(cfg.seed, seeded=opts.seeded_noise)
+    if opts.seeded_noise:
         warnings.append(SEEDED_WARNING)
     job = Dpdfd(teacher, student, generator, cfg, accountant, device=opts.device, prior=prior, noise_rng=noise_rng)
+    check_teacher(teacher, job.probe_inputs(PROBE_SIZE))  # row independence and finite answers, before any release
     if on_progress:
         job.attach_holdout()
     rounds: list = []
     job.run(lambda info: rounds.append(info), on_progress=on_progress)
+    if job.mechanism.zeroed_rows:  # console only: how many answers were non-finite depends on the teacher
+        log.warning("note (console only): %d teacher answers were not finite and were released as zero rows (pure noise)",
+                    job.mechanism.zeroed_rows)
 
     # The accountant, fed by the mechanism that drew the noise, must agree with the plan.
     eps_spent = accountant.epsilon(delta=opts.delta)
@@ -313,12 +337,20 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
         raise DpconvertError(f"internal error: the mechanism spent ε={eps_spent} but the plan said ε={plan['epsilon']}; nothing was written")
     if opts.eps is not None and eps_spent > opts.eps:
         raise DpconvertError(f"internal error: ε spent {eps_spent} exceeds the target {opts.eps}; nothing was written")
+    mechanism = {
+        "method": "dpdfd",
+        "sigma": plan["sigma"], "clip": opts.clip, "batch_size": batch_size, "releases": opts.releases,
+        "distill_loss": cfg.distill_loss, **noise_info,
+        "distinct_inputs": True,  # Dpdfd.distinct_queries: no input twice in a release (the auditor checks for it)
+        "query_source": source + (f" + {opts.generator} generator" if generator is not None else "")
+                        + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
+        "config": cfg.to_dict(),
+    }
     extra = {}
     if opts.save_generator:
-        from dpconvert.generators.saved import GeneratorCost, generator_bytes
+        from dpconvert.generators.saved import generator_bytes
 
-        cost = GeneratorCost(accountant.state_dict(), "query", teacher.sha256, eps_spent, opts.delta)
-        extra[opts.save_generator] = generator_bytes(generator, opts.generator, spec, cost)
+        extra[opts.save_generator] = generator_bytes(generator, opts.generator, spec, generator_cost(accountant, teacher, eps_spent, opts.delta, mechanism))
     return MethodOutput(
         student=student, student_name=student_name, probe=job.synthesise(opts.parity_inputs), rounds=rounds, warnings=warnings,
         extra_files=extra, generator=generator,
@@ -337,16 +369,15 @@ def run_dpdfd(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutp
             "target_epsilon": opts.eps if plan["calibrated"] else None,
             "state": accountant.state_dict(),
         },
-        mechanism={
-            "method": "dpdfd",
-            "sigma": plan["sigma"], "clip": opts.clip, "batch_size": batch_size, "releases": opts.releases,
-            "distill_loss": cfg.distill_loss, **noise_info,
-            "distinct_inputs": True,  # Dpdfd.distinct_queries: no input twice in a release (the auditor checks for it)
-            "query_source": source + (f" + {opts.generator} generator" if generator is not None else "")
-                            + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
-            "config": cfg.to_dict(),
-        },
+        mechanism=mechanism,
     )
+
+
+def generator_cost(accountant, teacher, epsilon: float, delta: float, mechanism: dict):
+    """What a DPDFD-trained generator cost: the run's events, its teacher, and the mechanism facts its ε rests on."""
+    from dpconvert.generators.saved import COST_MECHANISM_KEYS, GeneratorCost
+
+    return GeneratorCost(accountant.state_dict(), "query", teacher.sha256, epsilon, delta, {k: mechanism[k] for k in COST_MECHANISM_KEYS})
 
 
 def _num(v: float):

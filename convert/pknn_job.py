@@ -7,6 +7,7 @@ wires it to the query source, the privacy budget and the card.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Optional
 from .errors import DpconvertError
 from .pipeline import METHODS, NOT_COVERED, ConvertOptions, MethodOutput
 
+log = logging.getLogger("dpconvert")
+
 
 @METHODS.register("pknn")
 def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutput:
@@ -22,7 +25,7 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     import torch
 
     from .accounting import library_versions
-    from .accounting.pknn import ADJACENCY_RECORD
+    from .accounting.accountant import ADJACENCY_GENERATOR_PKNN, ADJACENCY_RECORD
     from .data import load_data
     from .features import batched_features, create_features
     from .noise import SEEDED_WARNING, mechanism_rng
@@ -44,13 +47,11 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         raise DpconvertError(f"--labels must be soft or hard (got {cfg.labels!r}) and the label temperature > 0")
     _check_round_features(cfg)
     _check_query_flags(opts)
-    private = load_data(opts.private_data, spec, require_labels=True)
+    private = load_data(opts.private_data, spec, require_labels=True, pixel_range=opts.pixel_range)
     n = len(private)
-    present = int(torch.unique(private.y).numel())
-    if present != spec.num_classes:
-        raise DpconvertError(f"{opts.private_data}: has {present} classes but the teacher has {spec.num_classes}; the private data must cover the teacher's classes")
-    if cfg.k > cfg.sampling_rate * n / 2:
-        raise DpconvertError(f"--k {cfg.k} is larger than half the expected subsample γ·n/2 = {cfg.sampling_rate * n / 2:.0f}; lower --k or raise --sampling-rate")
+    # n and anything computed from it (a missing class, k against the expected subsample γ·n, δ against 1/n) may only
+    # reach the operator's console: on the card, or as an abort, it would tell neighbouring data sets apart.
+    _local_notes(n, cfg, opts.delta)
     if cfg.rounds < 1:
         raise DpconvertError("--rounds must be >= 1")
     threshold = cfg.threshold if cfg.threshold is not None else cfg.threshold_ratio * cfg.k
@@ -62,13 +63,11 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
     if opts.query_generator == "train":  # fail before minutes of DPDFD if what the generator leaves cannot pay for the labels
         label_plan(opts.eps - _generator_share(opts), opts.delta / 2, cfg.queries or GENERATOR_QUERIES)
     source = pknn_query_source(opts, spec, cfg, teacher=teacher, on_progress=on_progress)  # "train" runs DPDFD here
-    knn = resolve_knn(cfg.knn, n)
+    knn = resolve_knn(cfg.knn, n)  # both searches are exact: the same votes, so the card need not say which ran
     total_q = min(cfg.queries or len(source.x), len(source.x))
     if total_q < cfg.rounds:
         raise DpconvertError(f"only {total_q} queries for {cfg.rounds} rounds; give more queries or fewer --rounds")
     warnings = []
-    if opts.delta > 1.0 / n:
-        warnings.append(f"δ={opts.delta:g} is larger than 1/n={1.0 / n:.3g} for n={n} private records; consider --delta {10 ** -len(str(n)):g}")
     accountant, eps_labels, delta_labels = _pknn_budget(source, opts)
     # σ2 is fixed before any private data is touched, calibrated as if every query were answered:
     # the realised ε (answered queries only) can only be smaller.
@@ -80,13 +79,12 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
         plan["accountants"] = {"query generator, DPDFD at δ/2": eps_gen, **{f"labels, {k} at δ/2": v for k, v in plan["accountants"].items()}}
         plan.update(epsilon=eps_gen + plan["epsilon"], scope="query", adjacency=ADJACENCY_GENERATOR_PKNN, delta=opts.delta)
     plan["method_choice"] = opts.method_reason
-    plan["private_records"] = n
     if on_plan:
         on_plan(plan)
 
     torch.manual_seed(opts.seed)
-    rng, noise_info = mechanism_rng(opts.seed, opts.secret_noise)  # subsampling and noise (convert/noise.py)
-    if not opts.secret_noise:
+    rng, noise_info = mechanism_rng(opts.seed, seeded=opts.seeded_noise)  # subsampling and noise (convert/noise.py)
+    if opts.seeded_noise:
         warnings.append(SEEDED_WARNING)
     train_rng = torch.Generator().manual_seed(opts.seed)
     order = torch.randperm(len(source.x), generator=train_rng)[:total_q]
@@ -169,18 +167,24 @@ def run_pknn(teacher, opts: ConvertOptions, on_plan, on_progress) -> MethodOutpu
             "method": "private-knn", "k": cfg.k, "sampling_rate": cfg.sampling_rate, "sampling": "Poisson (independent per record, per query, per step)",
             "sigma1": cfg.sigma1, "threshold": threshold, "sigma2": plan["sigma2"], "queries_asked": asked, "queries_answered": answered_total,
             "rounds": cfg.rounds, "features": f"{getattr(first_phi, 'description', cfg.features)} (round 1), then the previous round's student"
-                        + (f" beside {cfg.features} (weight {cfg.round_features_weight:g})" if cfg.round_features == "student+first" else ""), "private_records": n,
-            "knn_search": KNN_SEARCH[knn], "public_queries": opts.public_data, "query_source": source.description, "labels": _label_description(cfg),
+                        + (f" beside {cfg.features} (weight {cfg.round_features_weight:g})" if cfg.round_features == "student+first" else ""),
+            "knn_search": KNN_SEARCH, "public_queries": opts.public_data, "query_source": source.description, "labels": _label_description(cfg),
             **noise_info, "config": cfg.to_dict(),
             **({"query_generator": source.generator_info} if composed else {}),
         },
     )
 
 
-ADJACENCY_GENERATOR_PKNN = ("add/remove one teacher answer in the query generator's DPDFD run and add/remove one record of the "
-                            "private data set (Private-kNN labels)")
-KNN_SEARCH = {"exact": "exact (torch cdist over every record, full per-query Poisson mask)",
-              "faiss": "exact (faiss IndexFlatL2, oversampled candidates with lazily drawn Poisson bits, full-mask fallback)"}
+KNN_SEARCH = "exact k nearest kept records under a fresh per-query Poisson mask (torch, or faiss for large private sets: the same votes)"
+
+
+def _local_notes(n: int, cfg, delta: float) -> None:
+    """Console-only advice that depends on the private-set size n (never on the card, never an abort)."""
+    if cfg.k > cfg.sampling_rate * n / 2:
+        log.warning("note (console only): --k %d is more than half the expected subsample γ·n = %.0f; many votes will come from "
+                    "fewer than k records: lower --k or raise --sampling-rate", cfg.k, cfg.sampling_rate * n)
+    if delta > 1.0 / max(n, 1):
+        log.warning("note (console only): δ=%g is larger than 1/n for this private set; consider --delta %g", delta, 10 ** -len(str(n)))
 GENERATOR_QUERIES = 5000  # default number of generator queries when --queries is not given
 
 
@@ -231,7 +235,7 @@ def pknn_query_source(opts: ConvertOptions, spec, cfg, teacher=None, on_progress
     from .data import load_data
 
     if opts.public_data:  # the flags were checked by run_pknn (_check_query_flags) before the private data was loaded
-        public = load_data(opts.public_data, spec)
+        public = load_data(opts.public_data, spec, pixel_range=opts.pixel_range)
         if len(public) == 0:
             raise DpconvertError(f"{opts.public_data}: the public set is empty; give public images to label")
         return QuerySource(public.x, f"public images {opts.public_data} ({len(public)}, unlabelled)", "the public query set itself (assumed public)")
@@ -252,12 +256,21 @@ def pknn_query_source(opts: ConvertOptions, spec, cfg, teacher=None, on_progress
         return _train_query_generator(teacher, opts, n, rng, on_progress)
     from dpconvert.generators.saved import load_saved_generator, sample_queries
 
+    from .hashing import file_sha256
+
     saved = load_saved_generator(opts.query_generator)
     if (saved.spec.shape, saved.spec.num_classes) != (spec.shape, spec.num_classes):
         raise DpconvertError(f"{opts.query_generator}: the generator makes {saved.spec.shape} inputs for {saved.spec.num_classes} classes, "
                              f"the teacher takes {spec.shape} and {spec.num_classes}; save a generator for this teacher")
-    info = {"file": Path(opts.query_generator).name, "architecture": saved.name, "teacher_sha256": saved.cost.teacher_sha256,
-            "dpdfd_epsilon_at_its_delta": saved.cost.card_epsilon, "its_delta": saved.cost.card_delta, "samples": n}
+    if not saved.cost.mechanism:
+        raise DpconvertError(f"{opts.query_generator}: saved by an older dpconvert without its mechanism facts; save it again with --save-generator")
+    if saved.cost.teacher_sha256 != teacher.sha256 or teacher.sha256 is None:
+        raise DpconvertError(f"{opts.query_generator}: the generator was trained against another teacher (sha256 "
+                             f"{str(saved.cost.teacher_sha256)[:12]}…, this one {str(teacher.sha256)[:12]}…) or the teacher has no file hash; "
+                             "its cost only covers that teacher's answers: save a generator trained with this teacher")
+    info = {"file": Path(opts.query_generator).name, "file_sha256": file_sha256(opts.query_generator), "architecture": saved.name,
+            "teacher_sha256": saved.cost.teacher_sha256, "dpdfd_epsilon_at_its_delta": saved.cost.card_epsilon,
+            "its_delta": saved.cost.card_delta, "samples": n, "dpdfd": dict(saved.cost.mechanism)}
     return QuerySource(sample_queries(saved.generator, n, spec.num_classes, rng),
                        f"DPDFD generator {Path(opts.query_generator).name} ({saved.name}; {n} samples)",
                        "the teacher beyond the generator's query-level DPDFD guarantee (see record_level_epsilon)",
@@ -278,7 +291,7 @@ def _train_query_generator(teacher, opts: ConvertOptions, n: int, rng, on_progre
     """
     from dataclasses import replace
 
-    from dpconvert.generators.saved import GeneratorCost, sample_queries
+    from dpconvert.generators.saved import COST_MECHANISM_KEYS, GeneratorCost, sample_queries
 
     from .pipeline import run_dpdfd
 
@@ -289,11 +302,10 @@ def _train_query_generator(teacher, opts: ConvertOptions, n: int, rng, on_progre
                   public_data=None, releases=max(opts.releases, IN_RUN_MIN_RELEASES), method_reason="query generator for Private-kNN")
     relay = (lambda info: on_progress({**info, "kind": "query_generator", "stage": info["kind"], "epsilon_share": share})) if on_progress else None
     dpdfd = run_dpdfd(teacher, sub, None, relay)
-    cost = GeneratorCost(dpdfd.accounting["state"], "query", teacher.sha256, dpdfd.guarantee["epsilon"], sub.delta)
-    m = dpdfd.mechanism
+    cost = GeneratorCost(dpdfd.accounting["state"], "query", teacher.sha256, dpdfd.guarantee["epsilon"], sub.delta,
+                         {k: dpdfd.mechanism[k] for k in COST_MECHANISM_KEYS})
     info = {"file": None, "trained_in_this_run": True, "architecture": name, "teacher_sha256": teacher.sha256,
-            "dpdfd_epsilon_at_its_delta": cost.card_epsilon, "its_delta": cost.card_delta, "samples": n,
-            "dpdfd": {k: m[k] for k in ("sigma", "clip", "batch_size", "releases", "query_source", "noise_rng", "noise_secret", "distinct_inputs")}}
+            "dpdfd_epsilon_at_its_delta": cost.card_epsilon, "its_delta": cost.card_delta, "samples": n, "dpdfd": dict(cost.mechanism)}
     return QuerySource(sample_queries(dpdfd.generator.eval(), n, teacher.spec.num_classes, rng),
                        f"DPDFD generator trained in this run ({name}; ε share {share:g} at δ/2; {n} samples)",
                        "the teacher beyond the generator's query-level DPDFD guarantee (see record_level_epsilon)",

@@ -7,7 +7,6 @@ mechanism), its ``InputSpec``, the sha256 of the source file and a description.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import zipfile
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .errors import DpconvertError
+from .hashing import file_sha256
 from .registry import Registry
 from .spec import InputSpec
 
@@ -75,14 +75,6 @@ def _loader(name: str, claims: Callable[[str], bool]):
         return fn
 
     return deco
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _require_file(source: str) -> Path:
@@ -215,7 +207,7 @@ def load_timm(source: str, opts: LoadOptions) -> Teacher:
     except Exception as e:  # hub unreachable, unreadable weights file
         msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise DpconvertError(f"{source}: could not load pretrained weights ({msg}); pass --weights FILE to load local weights offline") from None
-    sha = sha256_file(opts.weights) if opts.weights else None
+    sha = file_sha256(opts.weights) if opts.weights else None
     return Teacher(
         _torch_forward(model, opts.device), spec, "timm", source,
         f"timm model {name}" + (f" with weights {Path(opts.weights).name}" if opts.weights else " (pretrained from the hub)"),
@@ -257,7 +249,7 @@ def load_onnx(source: str, opts: LoadOptions) -> Teacher:
     if dims and dims[0] is not None:  # exported with a static batch size
         forward = fixed_batch(forward, dims[0])
 
-    return Teacher(forward, spec, "onnx", source, f"ONNX model {path.name} (black box, onnxruntime)", sha256_file(path), "onnx", None, None, warnings)
+    return Teacher(forward, spec, "onnx", source, f"ONNX model {path.name} (black box, onnxruntime)", file_sha256(path), "onnx", None, None, warnings)
 
 
 def _ort_providers(device: str) -> list[str]:
@@ -288,7 +280,7 @@ def load_exported(source: str, opts: LoadOptions) -> Teacher:
     if args and getattr(args[0], "ndim", 0) == 4 and not _accepts_batch(forward, args[0], args[0].shape[0] + 1):
         forward = fixed_batch(forward, int(args[0].shape[0]))
     return Teacher(forward, _spec_from(base, opts, source), "torch.export", source,
-                   f"torch.export program {path.name}", sha256_file(path), "torch.export", _num_params(module), module)
+                   f"torch.export program {path.name}", file_sha256(path), "torch.export", _num_params(module), module)
 
 
 def _accepts_batch(forward, example, batch: int) -> bool:
@@ -344,7 +336,7 @@ def _load_safetensors_file(path_str: str, opts: LoadOptions, *, kind: str, sourc
         raise DpconvertError(f"{source}: not a valid safetensors file ({str(e)[:160]}); re-save it with safetensors.torch.save_file") from None
     base = InputSpec.from_dict(json.loads(meta["dpconvert.input_spec"])) if "dpconvert.input_spec" in meta else None
     arch = opts.arch or meta.get("dpconvert.arch")
-    return _from_state_dict(state, arch, base, opts, kind=kind, source=source, sha=sha256_file(path))
+    return _from_state_dict(state, arch, base, opts, kind=kind, source=source, sha=file_sha256(path))
 
 
 # ---------------------------------------------------------------- .pt / .pth: TorchScript, state_dict, or pickled module
@@ -363,7 +355,7 @@ def load_torch_file(source: str, opts: LoadOptions) -> Teacher:
     import torch
 
     path = _require_file(source)
-    sha = sha256_file(path)
+    sha = file_sha256(path)
     if _is_torchscript(path):
         try:
             module = torch.jit.load(str(path), map_location="cpu")

@@ -12,7 +12,8 @@ them into its own card (ALGORITHMS.md §1, §3) and ``audit`` can recompute both
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import hashlib
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -20,6 +21,8 @@ import torch
 from dpconvert.errors import DpconvertError
 
 FORMAT = "dpconvert-generator/1"
+# The DPDFD mechanism facts a generator's cost carries onto a composed card (checked there against its events).
+COST_MECHANISM_KEYS = ("sigma", "clip", "batch_size", "releases", "query_source", "noise_rng", "noise_secret", "distinct_inputs")
 
 
 @dataclass
@@ -31,6 +34,9 @@ class GeneratorCost:
     teacher_sha256: str | None
     card_epsilon: float  # ε of that run at card_delta (informative; recomputed from the events when composed)
     card_delta: float
+    # The DPDFD run's mechanism facts that bear on its ε (sigma, clip, batch_size, releases, noise_secret, distinct_inputs,
+    # query_source, noise_rng): copied onto the composed card, where the audit checks them against the events.
+    mechanism: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -47,6 +53,7 @@ def generator_bytes(generator: torch.nn.Module, name: str, spec, cost: Generator
 
     tensors = {k: v.detach().cpu().contiguous() for k, v in generator.state_dict().items()}
     meta = {
+        "weights_sha256": weights_sha256(tensors),
         "format": FORMAT,
         "generator": name,
         "nz": str(generator.nz),
@@ -56,6 +63,16 @@ def generator_bytes(generator: torch.nn.Module, name: str, spec, cost: Generator
         "cost": json.dumps(asdict(cost)),
     }
     return save(tensors, metadata=meta)
+
+
+def weights_sha256(tensors: dict) -> str:
+    """sha256 over the tensors (name, dtype, shape, bytes, in name order): binds the cost in the metadata to these weights."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def load_saved_generator(path: str | Path) -> SavedGenerator:
@@ -76,6 +93,9 @@ def load_saved_generator(path: str | Path) -> SavedGenerator:
         raise DpconvertError(f"{path}: not a safetensors generator file ({str(e).splitlines()[0]})") from None
     if meta.get("format") != FORMAT:
         raise DpconvertError(f"{path}: not a dpconvert generator (format {meta.get('format')!r}, expected {FORMAT!r}); save it with --save-generator")
+    if meta.get("weights_sha256") != weights_sha256(tensors):
+        raise DpconvertError(f"{path}: the weights do not match the hash saved with their cost (changed after saving, or saved by an "
+                             "older dpconvert); save the generator again with --save-generator")
     try:
         spec = InputSpec(**json.loads(meta["spec"]))
         cost = GeneratorCost(**json.loads(meta["cost"]))

@@ -86,7 +86,7 @@ def test_zoo_defects_are_each_reported(cli, zoo, tmp_path):
     why = {k: " ".join(c["name"] + " " + c["detail"] for c in v["checks"] if not c["ok"]) for k, v in m.items()}
     assert m["student0.onnx"]["passed"] and m["student1.onnx"]["passed"]
     assert "no DP guarantee" in why["nocard.onnx"]
-    assert "claims ε=0.1" in why["edited_eps.onnx"]
+    assert "guarantee.epsilon: card says 0.1 but the accountant events give" in why["edited_eps.onnx"]
     assert "sha256 mismatch" in why["tampered.onnx"]
     assert "unknown privacy-card schema version '9.9'" in why["future.onnx"]
     assert "not valid JSON" in why["truncated.onnx"]
@@ -116,7 +116,7 @@ def test_edited_mechanism_parameter_is_caught(cli, zoo, tmp_path):
     (tmp_path / "m.onnx.card.json").write_text(card.to_json())
     code, report, _ = _report(cli, tmp_path, dst)
     assert code == 1
-    assert any("disagrees with the accounted events" in c["detail"] for c in report["models"][0]["checks"])
+    assert any("mechanism.sigma" in c["detail"] and "disagrees with the accountant events" in c["detail"] for c in report["models"][0]["checks"])
 
 
 def test_usage_errors_exit_2(cli, tmp_path):
@@ -158,5 +158,6 @@ def test_public_query_card_without_the_distinct_input_guard_fails(cli, zoo, tmp_
         (tmp_path / f"{name}.onnx.card.json").write_text(card.to_json())
     _, report, _ = _report(cli, tmp_path, tmp_path / "guarded.onnx", tmp_path / "old.onnx")
     checks = {m["path"].split("/")[-1]: {c["name"]: c for c in m["checks"]} for m in report["models"]}
-    assert checks["guarded.onnx"]["inputs distinct"]["ok"]
-    assert not checks["old.onnx"]["inputs distinct"]["ok"] and "understated" in checks["old.onnx"]["inputs distinct"]["detail"]
+    assert checks["guarded.onnx"]["card consistent"]["ok"]
+    old = checks["old.onnx"]["consistent: mechanism.distinct_inputs"]
+    assert not old["ok"] and "understated" in old["detail"]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dpconvert.accounting import ACCOUNTANTS, dpdfd
+from dpconvert.noise import SECRET_RNG
 from dpconvert.zoo_cards import PrivacyCard, extract_card, model_sha256
 
 FAST = ["--steps", "2", "--batch-size", "1500", "--epochs", "1"]
@@ -73,29 +74,31 @@ def test_embedded_card_and_hash(converted):
 def test_same_seed_same_student(tmp_path, cli):
     hashes = []
     for name in ("a.onnx", "b.onnx"):
-        code, _, err = cli("convert", "builtin:digits", "--out", tmp_path / name, "--seed", "3", *FAST)
+        code, _, err = cli("convert", "builtin:digits", "--out", tmp_path / name, "--seed", "3", "--seeded-noise", *FAST)
         assert code == 0, err
         hashes.append(PrivacyCard.read(tmp_path / f"{name}.card.json").model_sha256)
     assert hashes[0] == hashes[1]
 
 
-def test_secret_noise_is_unrecorded_and_seeded_noise_is_flagged(tmp_path, cli):
-    """--secret-noise: the same --seed gives different noise (an unrecorded OS-entropy seed); the seeded default warns and fails the gate."""
+def test_noise_is_secret_by_default_and_seeded_noise_is_an_audited_opt_in(tmp_path, cli):
+    """Default: the noise comes from OS entropy and no mechanism seed is on the card (same --seed, different noise).
+    --seeded-noise: reproducible, flagged on the card, and the audit fails it unless --allow-seeded-noise."""
     cards = {}
-    for name, extra in (("seeded.onnx", []), ("secret1.onnx", ["--secret-noise"]), ("secret2.onnx", ["--secret-noise"])):
+    for name, extra in (("secret1.onnx", []), ("secret2.onnx", []), ("seeded.onnx", ["--seeded-noise"])):
         code, _, err = cli("convert", "builtin:digits", "--out", tmp_path / name, "--seed", "3", *extra, *FAST)
         assert code == 0, err
         cards[name] = PrivacyCard.read(tmp_path / f"{name}.card.json")
     seeded, s1 = cards["seeded.onnx"].data, cards["secret1.onnx"].data
-    assert "seeded with 4" in seeded["mechanism"]["noise_rng"] and any("--secret-noise" in w for w in seeded["warnings"])
-    assert seeded["mechanism"]["noise_secret"] is False and s1["mechanism"]["noise_secret"] is True
-    assert "OS entropy" in s1["mechanism"]["noise_rng"] and not any("--secret-noise" in w for w in s1["warnings"])
-    assert "4" not in s1["mechanism"]["noise_rng"]  # the secret seed is written nowhere on the card
+    assert s1["mechanism"]["noise_secret"] is True and s1["mechanism"]["noise_rng"] == SECRET_RNG  # no mechanism seed written
+    assert not any("--seeded-noise" in w for w in s1["warnings"])
     assert cards["secret1.onnx"].model_sha256 != cards["secret2.onnx"].model_sha256  # same --seed, fresh noise
+    assert seeded["mechanism"]["noise_secret"] is False and "seeded with 4" in seeded["mechanism"]["noise_rng"]
+    assert any("--seeded-noise" in w for w in seeded["warnings"])
     assert s1["guarantee"]["epsilon"] == seeded["guarantee"]["epsilon"]  # same mechanism, same ε
-    code, outp, _ = cli("audit", tmp_path / "seeded.onnx", "--require-secret-noise")
+    code, outp, _ = cli("audit", tmp_path / "seeded.onnx")
     assert code == 1 and "secret noise" in outp
-    code, outp, _ = cli("audit", tmp_path / "secret1.onnx", tmp_path / "secret2.onnx", "--require-secret-noise")
+    assert cli("audit", tmp_path / "seeded.onnx", "--allow-seeded-noise")[0] == 0
+    code, outp, _ = cli("audit", tmp_path / "secret1.onnx", tmp_path / "secret2.onnx")
     assert code == 0, outp
 
 

@@ -182,7 +182,8 @@ def test_progress_display_does_not_change_the_student():
         student = create_student("datalens_cnn", SPEC)
         student.load_state_dict(init)
         cfg = DpdfdConfig(releases=2, batch_size=64, sigma=1.0, student_epochs=3, minibatch=32, prior_pool=2)
-        job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC))
+        job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC),
+                    noise_rng=torch.Generator().manual_seed(1))  # the same noise in both runs (the default stream is secret)
         if watch:
             job.attach_holdout(100)
         job.run(on_progress=(lambda info: None) if watch else None)
@@ -245,7 +246,8 @@ def test_logit_adjustment_centres_the_student_on_the_queries_and_is_post_process
         student.load_state_dict(init)
         accountant = DpdfdAccountant()
         cfg = DpdfdConfig(releases=1, batch_size=200, sigma=1.0, student_epochs=1, minibatch=50, logit_adjust=adjust)
-        job = Dpdfd(lambda x: teacher(x), student, None, cfg, accountant, prior=create_generator("random_fields", SPEC))
+        job = Dpdfd(lambda x: teacher(x), student, None, cfg, accountant, prior=create_generator("random_fields", SPEC),
+                    noise_rng=torch.Generator().manual_seed(1))
         job.run()
         assert accountant.count(NormalisedGaussianRelease.mechanism) == 1
         trained[adjust] = student.eval()

@@ -33,10 +33,15 @@ class Accountant(ABC):
 
     name: str = "base"
     mechanisms: tuple[str, ...] = ()
+    # The guarantee this accountant proves: what a card built from its events must say (audit derives it from here).
+    scope: str = ""
+    adjacency: str = ""
 
     def record(self, mechanism: str, *, count: int = 1, **params: Any) -> None:
         if mechanism not in self.mechanisms:
             raise ValueError(f"{type(self).__name__} cannot account for {mechanism!r}")
+        if count == 0:  # nothing was released (e.g. no query passed screening): nothing to compose
+            return
         params = {k: (float(v) if isinstance(v, (int, float)) and k not in _INT_PARAMS else v) for k, v in params.items()}
         ev = Event(mechanism, params, int(count))
         if self.events and self.events[-1].same_kind(ev):
@@ -72,6 +77,11 @@ class Accountant(ABC):
 
 _INT_PARAMS = {"batch_size", "k", "num_classes"}
 
+ADJACENCY_QUERY = "add/remove one teacher answer (one row of one step's released B×K output-gradient matrix)"
+ADJACENCY_RECORD = "add/remove one record of the private data set"
+ADJACENCY_GENERATOR_PKNN = ("add/remove one teacher answer in the query generator's DPDFD run and add/remove one record of the "
+                            "private data set (Private-kNN labels)")
+
 ACCOUNTANTS: Registry[type] = Registry("accountant")
 
 
@@ -87,6 +97,8 @@ class DpdfdAccountant(Accountant):
 
     name: str = "dpdfd"
     mechanisms: tuple[str, ...] = ("normalised_gaussian_release",)
+    scope: str = "query"
+    adjacency: str = ADJACENCY_QUERY
 
     def _multiplier(self, scope: str) -> float:
         from . import dpdfd
@@ -104,6 +116,10 @@ class DpdfdAccountant(Accountant):
     def record_level_epsilon(self, *, delta: float) -> float:
         """Worst case under add/remove of one teacher training record (every answer may change)."""
         return self.epsilons(delta=delta, scope="record")["epsilon"]
+
+    def replace_one_epsilon(self, *, delta: float) -> float:
+        """ε when one teacher answer is replaced by another (sensitivity 2C)."""
+        return self.epsilons(delta=delta, scope="query_replace")["epsilon"]
 
     def cross_check(self, *, delta: float, scope: str = "query") -> dict[str, float]:
         """The same composition through dp_accounting's PLD and RDP accountants."""
@@ -146,6 +162,8 @@ class PknnAccountant(Accountant):
 
     name: str = "pknn"
     mechanisms: tuple[str, ...] = ("pknn_screening", "pknn_argmax")
+    scope: str = "record"
+    adjacency: str = ADJACENCY_RECORD
 
     def epsilons(self, *, delta: float, with_pld: bool = True) -> dict[str, float]:
         import numpy as np
@@ -167,6 +185,10 @@ class PknnAccountant(Accountant):
             out["pld_gaussian_screening"] = self._pld(delta)
         out["epsilon"] = min(out.values())
         return out
+
+    def record_level_epsilon(self, *, delta: float) -> float:
+        """The headline ε is already record-level."""
+        return self.epsilon(delta=delta)
 
     def _pld(self, delta: float) -> float:
         import dp_accounting
@@ -198,6 +220,8 @@ class GeneratorPknnAccountant(Accountant):
 
     name: str = "pknn+dpdfd_generator"
     mechanisms: tuple[str, ...] = DpdfdAccountant.mechanisms + PknnAccountant.mechanisms
+    scope: str = "query"
+    adjacency: str = ADJACENCY_GENERATOR_PKNN
 
     def parts(self) -> tuple[DpdfdAccountant, PknnAccountant]:
         gen = [e for e in self.events if e.mechanism in DpdfdAccountant.mechanisms]

@@ -24,8 +24,7 @@ import math
 
 from . import gaussian
 
-ADJACENCY_QUERY = "add/remove one teacher answer (one row of one step's released B×K output-gradient matrix)"
-ADJACENCY_QUERY_REPLACE = "replace one teacher answer"
+from .accountant import ADJACENCY_QUERY  # noqa: E402,F401  (one definition, used by plans and cards)
 ADJACENCY_RECORD = "add/remove one record of the teacher's private training set (worst case: every answer of every step may change)"
 
 
