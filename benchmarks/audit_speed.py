@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dpconvert.pipeline import ConvertOptions, convert
+from dpconvert import convert
 
 
 def main() -> None:
@@ -27,7 +27,7 @@ def main() -> None:
         zoo = Path(d) / "zoo"
         zoo.mkdir()
         for i in range(args.models):
-            convert("builtin:digits", ConvertOptions(out=zoo / f"m{i:02d}.onnx", eps=0.5 + i, seed=i, releases=1, batch_size=500, student_epochs=1))
+            convert("builtin:digits", out=zoo / f"m{i:02d}.onnx", eps=0.5 + i, seed=i, releases=1, batch_size=500, epochs=1)
         times = []
         for _ in range(3):
             t0 = time.perf_counter()

@@ -9,12 +9,12 @@ evaluation data, losses, seconds, and (for development only: un-noised teacher
 labels on synthetic data) the teacher's label histogram on the query source.
 """
 import sys, time, json, torch
-from dpconvert.teachers import load_teacher
-from dpconvert.data import load_data
+from dpconvert.io.teachers import load_teacher
+from dpconvert.io.data import load_data
 from dpconvert.students import create_student
 from dpconvert.generators import create_generator
 from dpconvert.accounting import DpdfdAccountant, calibrate
-from dpconvert.dpdfd import Dpdfd, DpdfdConfig
+from dpconvert.mechanisms.dpdfd import Dpdfd, DpdfdConfig
 torch.set_num_threads(2)
 kw = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
 eps = kw.pop("eps", 1.0)

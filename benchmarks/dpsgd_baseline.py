@@ -44,8 +44,8 @@ def main() -> None:
     from opacus import PrivacyEngine
     from opacus.validators import ModuleValidator
 
-    from dpconvert.data import load_data
-    from dpconvert.spec import InputSpec
+    from dpconvert.io.data import load_data
+    from dpconvert.io.spec import InputSpec
     from dpconvert.students import create_student
 
     torch.manual_seed(args.seed)

@@ -13,9 +13,9 @@ The projection of ``hog_pca`` is fitted on the first 5 000 test images
 import torch
 import torch.nn.functional as F
 
-from dpconvert.data import load_data
-from dpconvert.features import FEATURES, batched_features
-from dpconvert.spec import InputSpec
+from dpconvert.io.data import load_data
+from dpconvert.mechanisms.features import FEATURES, batched_features
+from dpconvert.io.spec import InputSpec
 
 spec = InputSpec(1, 28, 28, 10, (0.286,), (0.353,))
 tr = load_data("/usr/share/datasets/fashion-mnist:train", spec)

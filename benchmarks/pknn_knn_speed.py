@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from dpconvert.accounting import PknnAccountant
-from dpconvert.private_knn import PknnMechanism
+from dpconvert.mechanisms.private_knn import PknnMechanism
 
 
 def main() -> None:

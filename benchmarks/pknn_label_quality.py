@@ -16,11 +16,11 @@ import sys
 import torch
 
 from dpconvert.accounting import PknnAccountant
-from dpconvert.data import load_data
-from dpconvert.features import FEATURES, batched_features
-from dpconvert.planning import plan_pknn
-from dpconvert.private_knn import PknnMechanism
-from dpconvert.spec import InputSpec
+from dpconvert.io.data import load_data
+from dpconvert.mechanisms.features import FEATURES, batched_features
+from dpconvert.accounting.planning import plan_pknn
+from dpconvert.mechanisms.private_knn import PknnMechanism
+from dpconvert.io.spec import InputSpec
 
 spec = InputSpec(1, 28, 28, 10, (0.286,), (0.353,))
 tr = load_data("/usr/share/datasets/fashion-mnist:train", spec)

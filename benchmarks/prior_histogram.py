@@ -10,7 +10,7 @@ import sys
 import torch
 
 from dpconvert.generators import create_generator
-from dpconvert.teachers import load_teacher
+from dpconvert.io.teachers import load_teacher
 
 for source in sys.argv[1:]:
     t = load_teacher(source)

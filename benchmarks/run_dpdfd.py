@@ -27,20 +27,19 @@ from _results import append_row  # benchmarks/_results.py (the script's folder i
 def single(args) -> dict:
     import torch
 
-    from dpconvert.pipeline import ConvertOptions, convert
-    from dpconvert.teachers import LoadOptions
+    from dpconvert import convert
+    from dpconvert.io.teachers import LoadOptions
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     eps = float(args.eps)
     with tempfile.TemporaryDirectory() as d:
-        opts = ConvertOptions(
-            out=Path(d) / "student.onnx", eps=None if eps == float("inf") else eps,
-            noise_multiplier=0.0 if eps == float("inf") else None, releases=args.steps, batch_size=args.batch_size,
-            student=args.student, generator=args.generator, prior=args.prior, student_epochs=args.epochs, seed=args.seed,
-            eval_data=args.eval_data, overrides=json.loads(args.overrides or "{}"), public_data=args.public_data,
-        )
+        options = {k: v for k, v in dict(releases=args.steps, batch_size=args.batch_size, generator=args.generator, prior=args.prior,
+                                         epochs=args.epochs).items() if v is not None}
         t0 = time.perf_counter()
-        res = convert(args.teacher, opts, LoadOptions(arch=args.arch) if args.arch else None)
+        res = convert(args.teacher, out=Path(d) / "student.onnx", eps=None if eps == float("inf") else eps,
+                      noise_multiplier=0.0 if eps == float("inf") else None, student=args.student, seed=args.seed, seeded_noise=True,
+                      eval_data=args.eval_data, public_data=args.public_data, loader=LoadOptions(arch=args.arch) if args.arch else None,
+                      engine=json.loads(args.overrides or "{}"), **options)
         wall = time.perf_counter() - t0
     card = res.card.data
     times = {"teacher": 0.0, "student": 0.0, "generator": 0.0}

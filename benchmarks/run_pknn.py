@@ -19,7 +19,7 @@ from _results import report  # benchmarks/_results.py (the script's folder is on
 
 import numpy as np
 
-from dpconvert.data import read_raw
+from dpconvert.io.data import read_raw
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -38,7 +38,7 @@ def main() -> None:
     ap.add_argument("--teacher", default="benchmarks/runs/fmnist_cnn.safetensors")
     ap.add_argument("--eps", type=float, default=1.0)
     ap.add_argument("--delta", type=float, default=1e-5)
-    # unset options take the product's defaults (PknnConfig)
+    # unset options take the product's defaults (PknnOptions)
     ap.add_argument("--k", type=int)
     ap.add_argument("--sampling-rate", type=float)
     ap.add_argument("--sigma1", type=float)
@@ -48,11 +48,10 @@ def main() -> None:
     ap.add_argument("--epochs", type=int)
     ap.add_argument("--student")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--pseudo-label", type=float)
     ap.add_argument("--features")
     ap.add_argument("--labels", choices=["hard", "soft"])
     ap.add_argument("--label-temperature", type=float)
-    ap.add_argument("--config", help="JSON dict of other PknnConfig fields, e.g. '{\"labels\": \"hard\"}'")
+    ap.add_argument("--config", help="JSON dict of other PknnOptions fields, e.g. '{\"labels\": \"hard\"}'")
     ap.add_argument("--json")
     args = ap.parse_args()
     import sys
@@ -60,7 +59,7 @@ def main() -> None:
 
     import torch
 
-    from dpconvert.pipeline import ConvertOptions, convert
+    from dpconvert import convert
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     runs = Path("benchmarks/runs")
@@ -68,14 +67,12 @@ def main() -> None:
     public, evaluation = prepare(runs)
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
-        res = convert(args.teacher, ConvertOptions(
-            out=Path(d) / "student.onnx", eps=args.eps, delta=args.delta, method="pknn", private_data=f"{DATA}:train",
-            public_data=public, eval_data=evaluation, student=args.student, seed=args.seed,
-            pknn={k: v for k, v in dict(k=args.k, sampling_rate=args.sampling_rate, sigma1=args.sigma1, threshold=args.threshold,
-                                        rounds=args.rounds, queries=args.queries, student_epochs=args.epochs,
-                                        pseudo_label=args.pseudo_label, features=args.features, labels=args.labels,
-                                        label_temperature=args.label_temperature).items() if v is not None}
-                 | json.loads(args.config or "{}")))
+        options = {k: v for k, v in dict(k=args.k, sampling_rate=args.sampling_rate, sigma1=args.sigma1, threshold=args.threshold,
+                                         rounds=args.rounds, queries=args.queries, epochs=args.epochs, features=args.features,
+                                         labels=args.labels, label_temperature=args.label_temperature).items() if v is not None}
+        res = convert(args.teacher, out=Path(d) / "student.onnx", eps=args.eps, delta=args.delta, method="pknn", private_data=f"{DATA}:train",
+                      public_data=public, eval_data=evaluation, student=args.student, seed=args.seed, seeded_noise=True,
+                      **options, **json.loads(args.config or "{}"))
         wall = time.perf_counter() - t0
     c = res.card.data
     r = {

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from dpconvert.data import load_data
-from dpconvert.spec import InputSpec
+from dpconvert.io.data import load_data
+from dpconvert.io.spec import InputSpec
 from dpconvert.students import create_student
 
 SPEC = InputSpec(1, 28, 28, 10, mean=(0.286,), std=(0.353,))

@@ -1,3 +1,3 @@
-from .cli import main
+from dpconvert.cli import main
 
 main()

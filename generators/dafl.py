@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import GENERATORS
+from .registry import GENERATORS
 
 
 class DaflGenerator(nn.Module):

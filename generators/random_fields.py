@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import GENERATORS
+from .registry import GENERATORS
 
 
 class RandomFieldPrior(nn.Module):

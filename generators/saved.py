@@ -78,7 +78,7 @@ def weights_sha256(tensors: dict) -> str:
 def load_saved_generator(path: str | Path) -> SavedGenerator:
     from safetensors import SafetensorError, safe_open
 
-    from dpconvert.spec import InputSpec
+    from dpconvert.io.spec import InputSpec
 
     from . import create_generator
 

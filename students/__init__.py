@@ -8,13 +8,7 @@ the classifier, used by the generator's activation term) and ``forward_head``.
 
 from __future__ import annotations
 
-from typing import Callable
-
-from dpconvert.registry import Registry
-
-STUDENTS: Registry[Callable] = Registry("student architecture")
-
-from . import cnn as _cnn  # noqa: E402,F401  (registers its architectures)
-from .factory import create_student, default_student_name  # noqa: E402
+from . import cnn as _cnn  # noqa: F401  (registers its architectures)
+from .factory import STUDENTS, create_student, default_student_name
 
 __all__ = ["STUDENTS", "create_student", "default_student_name"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dpconvert.spec import InputSpec
+from dpconvert.io.spec import InputSpec
 
-from . import STUDENTS
+from .factory import STUDENTS
 
 
 class SmallCNN(nn.Module):

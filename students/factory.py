@@ -5,9 +5,10 @@ from __future__ import annotations
 from torch import nn
 
 from dpconvert.errors import DpconvertError
-from dpconvert.spec import InputSpec
+from dpconvert.io.spec import InputSpec
+from dpconvert.registry import Registry
 
-from . import STUDENTS
+STUDENTS: Registry = Registry("student architecture")  # each family's module registers into it (students/__init__ imports them)
 
 _SMALL_INPUT_PX = 32
 
@@ -25,7 +26,7 @@ def create_student(name: str, spec: InputSpec) -> nn.Module:
     return STUDENTS.get(name)(spec)
 
 
-def create_timm(name: str, spec: InputSpec, *, pretrained: bool, weights: str | None = None) -> nn.Module:
+def create_timm(name: str, spec: InputSpec, *, pretrained: bool) -> nn.Module:
     import timm
 
     base = name.split(".")[0]
@@ -36,8 +37,6 @@ def create_timm(name: str, spec: InputSpec, *, pretrained: bool, weights: str | 
         hint = f" Did you mean 'timm:{close[0]}'?" if close else ""
         raise DpconvertError(f"unknown timm model {name!r}.{hint} See timm.list_models() for names.")
     kwargs = dict(num_classes=spec.num_classes, in_chans=spec.channels)
-    if weights is not None:
-        kwargs["pretrained_cfg_overlay"] = dict(file=weights)
     try:
         return timm.create_model(name, pretrained=pretrained, **kwargs)
     except RuntimeError as e:

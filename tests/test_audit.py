@@ -9,10 +9,10 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from dpconvert.pipeline import ConvertOptions, convert
+from dpconvert import convert
 from dpconvert.zoo_cards import PrivacyCard, embed_card
 
-FAST = dict(releases=2, batch_size=1000, student_epochs=1)
+FAST = dict(releases=2, batch_size=1000, epochs=1)
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def zoo(tmp_path_factory):
     root = tmp_path_factory.mktemp("zoo")
     (root / "good").mkdir()
     for i, eps in enumerate((1.0, 4.0)):
-        convert("builtin:digits", ConvertOptions(out=root / "good" / f"student{i}.onnx", eps=eps, seed=i, eval_data="builtin:digits", **FAST))
+        convert("builtin:digits", out=root / "good" / f"student{i}.onnx", eps=eps, seed=i, eval_data="builtin:digits", **FAST)
     src = root / "good" / "student0.onnx"
 
     def copy(name):

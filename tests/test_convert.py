@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dpconvert.accounting import ACCOUNTANTS, dpdfd
-from dpconvert.noise import SECRET_RNG
+from dpconvert.mechanisms.noise import SECRET_RNG
 from dpconvert.zoo_cards import PrivacyCard, extract_card, model_sha256
 
 FAST = ["--steps", "2", "--batch-size", "1500", "--epochs", "1"]
@@ -111,7 +111,7 @@ def test_noise_multiplier_gives_computed_epsilon(tmp_path, cli):
 
 
 def test_interrupt_leaves_no_output(tmp_path, cli, monkeypatch):
-    import dpconvert.export as export
+    import dpconvert.io.export as export
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -130,9 +130,9 @@ def test_failure_while_writing_leaves_no_output(tmp_path, cli, monkeypatch):
 
     monkeypatch.setattr(zc, "render_markdown", disk_full)  # fails after the model and JSON temps are written
     with pytest.raises(RuntimeError):
-        from dpconvert.pipeline import ConvertOptions, convert
+        from dpconvert import convert
 
-        convert("builtin:digits", ConvertOptions(out=tmp_path / "s.onnx", releases=1, batch_size=500, student_epochs=1))
+        convert("builtin:digits", out=tmp_path / "s.onnx", releases=1, batch_size=500, epochs=1)
     assert [p.name for p in tmp_path.iterdir()] == []
 
 

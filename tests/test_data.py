@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from dpconvert.data import load_data, read_raw
+from dpconvert.io.data import load_data, read_raw
 from dpconvert.errors import DpconvertError
-from dpconvert.spec import InputSpec
+from dpconvert.io.spec import InputSpec
 
 SPEC = InputSpec(1, 8, 8, 10, (0.5,), (0.25,))
 

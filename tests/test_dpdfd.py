@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 
 from dpconvert.accounting import DpdfdAccountant, dpdfd
-from dpconvert.dpdfd import Dpdfd, DpdfdConfig, label_log_likelihood, per_sample_output_gradient
+from dpconvert.mechanisms.dpdfd import Dpdfd, DpdfdConfig, label_log_likelihood, per_sample_output_gradient
 from dpconvert.generators import GENERATORS, create_generator
-from dpconvert.mechanisms import NormalisedGaussianRelease
-from dpconvert.spec import InputSpec
+from dpconvert.mechanisms.gaussian_release import NormalisedGaussianRelease
+from dpconvert.io.spec import InputSpec
 from dpconvert.students import STUDENTS, create_student
 
 SPEC = InputSpec(1, 8, 8, 10, (0.3,), (0.4,))

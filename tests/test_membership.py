@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dpconvert.membership import roc_metrics, run_attacks
+from dpconvert.auditing.membership import roc_metrics, run_attacks
 
 
 def test_metrics_on_known_scores():
@@ -22,8 +22,8 @@ def test_metrics_on_known_scores():
 
 @pytest.fixture(scope="module")
 def overfit(tmp_path_factory):
-    from dpconvert.data import digits_split
-    from dpconvert.spec import InputSpec
+    from dpconvert.io.data import digits_split
+    from dpconvert.io.spec import InputSpec
     from dpconvert.students import create_student
 
     d = tmp_path_factory.mktemp("mia")
@@ -83,12 +83,12 @@ def test_members_without_non_members_is_usage_error(overfit, cli):
 def test_write_card_records_empirical_audit(cli, tmp_path):
     import numpy as np
 
-    from dpconvert.data import digits_split
-    from dpconvert.pipeline import ConvertOptions, convert
+    from dpconvert.io.data import digits_split
+    from dpconvert import convert
     from dpconvert.zoo_cards import PrivacyCard, extract_card
 
     out = tmp_path / "s.onnx"
-    convert("builtin:digits", ConvertOptions(out=out, releases=1, batch_size=500, student_epochs=1))
+    convert("builtin:digits", out=out, releases=1, batch_size=500, epochs=1)
     tr, te = digits_split("train"), digits_split("test")
     np.savez(tmp_path / "m.npz", x=tr.pixels[:100, 0], y=tr.labels[:100])
     np.savez(tmp_path / "n.npz", x=te.pixels[:100, 0], y=te.labels[:100])
@@ -117,7 +117,7 @@ def test_reference_model_lira_attacks_overfit_model(overfit, cli, tmp_path):
 
 
 def test_reference_stats_fall_back_when_an_example_is_never_out():
-    from dpconvert.membership import ReferenceStats
+    from dpconvert.auditing.membership import ReferenceStats
 
     phis = np.array([[1.0, 2.0, 3.0], [1.2, 2.2, 3.2]])
     masks = np.array([[True, False, True], [True, True, False]])

@@ -10,8 +10,8 @@ import torch
 from scipy.stats import norm
 
 from dpconvert.accounting import ACCOUNTANTS, PknnAccountant
-from dpconvert.private_knn import PknnMechanism
-from dpconvert.spec import InputSpec
+from dpconvert.mechanisms.private_knn import PknnMechanism
+from dpconvert.io.spec import InputSpec
 from dpconvert.zoo_cards import PrivacyCard
 
 
@@ -65,7 +65,7 @@ def test_argmax_noise_matches_sigma2():
 
 def test_noisy_histogram_noise_and_targets():
     """The released histogram is votes + N(0, σ2²) on every class, one accountant event; targets are post-processing of it."""
-    from dpconvert.private_knn import PknnConfig, histogram_targets
+    from dpconvert.mechanisms.private_knn import histogram_targets
 
     n, k, sigma2 = 2000, 10, 6.0
     m = _mech(n=n, k=k, sigma2=sigma2)
@@ -74,13 +74,13 @@ def test_noisy_histogram_noise_and_targets():
     assert resid.mean().abs() < 0.05 and resid.std().item() == pytest.approx(sigma2, rel=0.02)
     (ev,) = m.accountant.events
     assert ev.mechanism == "pknn_argmax" and ev.count == 3000 and ev.params["sigma2"] == sigma2
-    hard = histogram_targets(noisy, PknnConfig(labels="hard"), sigma2)
-    soft = histogram_targets(noisy, PknnConfig(labels="soft", label_temperature=1.0), sigma2)
+    hard = histogram_targets(noisy, "hard", 1.0, sigma2)
+    soft = histogram_targets(noisy, "soft", 1.0, sigma2)
     assert torch.equal(hard.argmax(1), noisy.argmax(1)) and torch.equal(hard.sum(1), torch.ones(3000))
     assert torch.equal(soft.argmax(1), noisy.argmax(1)) and torch.allclose(soft.sum(1), torch.ones(3000))
     assert torch.allclose(soft, torch.softmax(noisy / sigma2, 1))
     with pytest.raises(ValueError, match="hard or soft"):
-        histogram_targets(noisy, PknnConfig(labels="fuzzy"), sigma2)
+        histogram_targets(noisy, "fuzzy", 1.0, sigma2)
 
 
 def test_fewer_kept_than_k_votes_only_real_neighbours():
@@ -152,7 +152,7 @@ def test_bad_pknn_inputs(tmp_path, cli, extra, needle):
 def test_canary_bound_closed_form_and_monotone():
     import math
 
-    from dpconvert.canaries import epsilon_lower_bound, p_value
+    from dpconvert.auditing.canaries import epsilon_lower_bound, p_value
 
     # δ = 0 and every guess right: P[Bin(r, q) ≥ r] = q^r = β  ⇒  ε = log(q / (1 − q)), q = β^(1/r)
     q = 0.05 ** (1 / 100)
@@ -167,7 +167,7 @@ def test_canary_audit_detects_a_leaky_mechanism():
     """A mechanism that publishes its inclusion bits plus small noise must be caught (the audit can fail)."""
     import numpy as np
 
-    from dpconvert.canaries import audit_scores
+    from dpconvert.auditing.canaries import audit_scores
 
     rng = np.random.default_rng(0)
     bits = rng.random(1000) < 0.5
@@ -200,8 +200,8 @@ def test_canaries_need_pknn(tmp_path, cli):
 
 
 def test_hog_pca_is_fitted_on_public_images_only():
-    from dpconvert.features import FEATURES
-    from dpconvert.spec import InputSpec
+    from dpconvert.mechanisms.features import FEATURES
+    from dpconvert.io.spec import InputSpec
 
     spec = InputSpec(1, 28, 28, 10)
     g = torch.Generator().manual_seed(0)
@@ -248,7 +248,7 @@ def test_faiss_search_has_the_poisson_distribution():
 
 def test_knn_choice():
     from dpconvert.errors import DpconvertError
-    from dpconvert.private_knn import FAISS_MIN_RECORDS, resolve_knn
+    from dpconvert.mechanisms.private_knn import FAISS_MIN_RECORDS, resolve_knn
 
     assert resolve_knn("auto", 60_000) == "exact" and resolve_knn("exact", FAISS_MIN_RECORDS) == "exact"
     with pytest.raises(DpconvertError, match="auto, exact or faiss"):
@@ -260,13 +260,14 @@ def test_knn_choice():
     assert resolve_knn("auto", FAISS_MIN_RECORDS) == "faiss"
 
 
-def test_cli_defaults_match_the_library():
-    """The CLI keeps Private-kNN defaults as literals (no torch import at start-up); they must equal PknnConfig's."""
-    from dpconvert.cli_commands import PKNN_DEFAULTS
-    from dpconvert.private_knn import PknnConfig
+def test_cli_passes_only_what_was_given_and_names_flags_in_errors(tmp_path, cli):
+    """The CLI keeps no copy of the library's defaults: unset options reach the API as absent, and library errors,
+    which name parameters, are shown with the CLI's flags."""
+    from dpconvert.cli.app import as_flags
 
-    cfg = PknnConfig()
-    assert PKNN_DEFAULTS == {k: getattr(cfg, k) for k in PKNN_DEFAULTS}
+    assert as_flags("`batch_size` must be >= 1; `releases` too") == "--batch-size must be >= 1; --steps too"
+    code, _, err = cli("builtin:digits", "--batch-size", "0", "--out", tmp_path / "s.onnx")
+    assert code == 1 and "--batch-size must be >= 1" in err
 
 
 DIGITS_SPEC = InputSpec(1, 8, 8, 10, mean=(0.305,), std=(0.376,))  # the built-in teacher's input
@@ -286,7 +287,7 @@ def public_backbone(tmp_path_factory):
 
 
 def test_timm_backbone_features_use_the_given_weights(public_backbone):
-    from dpconvert.features import create_features
+    from dpconvert.mechanisms.features import create_features
 
     path, model = public_backbone
     spec = DIGITS_SPEC
@@ -308,7 +309,7 @@ def test_timm_backbone_features_use_the_given_weights(public_backbone):
 
 def test_timm_backbone_features_errors(tmp_path):
     from dpconvert.errors import DpconvertError
-    from dpconvert.features import create_features
+    from dpconvert.mechanisms.features import create_features
 
     with pytest.raises(DpconvertError, match="unknown timm model"):
         create_features("timm:resnet_nonexistent", DIGITS_SPEC)
@@ -329,25 +330,24 @@ def test_pknn_cli_with_a_timm_backbone(public_backbone, tmp_path, cli):
 
 def test_next_round_features_concatenate_the_first_map():
     from dpconvert.errors import DpconvertError
-    from dpconvert.pknn_job import _next_round_features
-    from dpconvert.private_knn import PknnConfig
+    from dpconvert.methods.pknn import PknnOptions, next_round_features
     from dpconvert.students import create_student
 
     student = create_student("datalens_cnn", DIGITS_SPEC).eval()
     first = lambda x: torch.nn.functional.normalize(x.flatten(1), dim=1)  # noqa: E731  (a stand-in first-round map)
     x = torch.randn(5, *DIGITS_SPEC.shape)
-    only_student = _next_round_features(PknnConfig(round_features="student"), student, first)(x)
-    both = _next_round_features(PknnConfig(), student, first)(x)
+    only_student = next_round_features(PknnOptions(round_features="student"), student, first)(x)
+    both = next_round_features(PknnOptions(), student, first)(x)
     assert both.shape == (5, 64 + only_student.shape[1]) and torch.allclose(both.norm(dim=1), torch.ones(5), atol=1e-5)
     # the student's part is the student's features, down-weighted by round_features_weight before the joint normalisation
     scale = both[:, 64:].norm(dim=1) / both[:, :64].norm(dim=1)
     assert torch.allclose(scale, torch.full((5,), 0.5), atol=1e-4)
     with pytest.raises(DpconvertError, match="student or student\\+first"):
-        _next_round_features(PknnConfig(round_features="teacher"), student, first)
+        PknnOptions(round_features="teacher")
 
 
 def test_class_balance_weights():
-    from dpconvert.private_knn import class_balance_weights
+    from dpconvert.mechanisms.private_knn import class_balance_weights
 
     y = torch.tensor([0] * 60 + [1] * 30 + [2] * 10)
     w = class_balance_weights(y, 4)  # class 3 never answered: capped, not infinite

@@ -16,9 +16,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpconvert.data import load_data
+from dpconvert.io.data import load_data
 from dpconvert.errors import DpconvertError
-from dpconvert.spec import InputSpec
+from dpconvert.io.spec import InputSpec
 
 SPEC = InputSpec(1, 8, 8, 3, (0.5,), (0.25,))
 RGB_SPEC = InputSpec(3, 8, 8, 3, (0.5, 0.4, 0.3), (0.25, 0.2, 0.3))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dpconvert.accounting import DpdfdAccountant, PknnAccountant
-from dpconvert.card_checks import check_card
+from dpconvert.auditing.card_checks import check_card
 
 DPDFD_FAST = ["--steps", "2", "--batch-size", "1500", "--epochs", "1", "--generator", "dafl_small"]
 PKNN_FAST = ["--private-data", "builtin:digits:train", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "2",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dpconvert.errors import DpconvertError
-from dpconvert.teachers import LoadOptions, load_teacher
+from dpconvert.io.teachers import LoadOptions, load_teacher
 
 
 def _max_diff(teacher, model, x):
@@ -58,7 +58,7 @@ def test_pickled_module_needs_trust_flag(models):
 
 def test_builtin_teacher_is_small_and_accurate():
     from dpconvert.builtin import BUILTIN_TEACHERS
-    from dpconvert.data import load_data
+    from dpconvert.io.data import load_data
 
     assert BUILTIN_TEACHERS.get("digits").stat().st_size <= 1_000_000
     t = load_teacher("builtin:digits")
@@ -108,7 +108,7 @@ def test_help_is_fast_and_lists_commands():
     assert r.returncode == 0
     for cmd in ("inspect", "plan", "convert", "audit"):
         assert cmd in r.stdout
-    r = subprocess.run([sys.executable, "-c", "import sys, dpconvert.cli; print('torch' in sys.modules)"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", "import sys, dpconvert.cli.app; print('torch' in sys.modules)"], capture_output=True, text=True)
     assert r.stdout.strip() == "False"  # --help must not pay for torch
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-from dpconvert.card_checks import check_card
+from dpconvert.auditing.card_checks import check_card
 from dpconvert.errors import DpconvertError
 from dpconvert.zoo_cards import PrivacyCard, embed_card
 
@@ -122,7 +122,7 @@ def test_signed_cards(dpdfd_model, tmp_path, cli):
 def test_secret_generator_state_comes_from_os_entropy(monkeypatch):
     import os
 
-    from dpconvert import noise
+    from dpconvert.mechanisms import noise
 
     calls = []
     real = os.urandom
@@ -184,8 +184,8 @@ def test_teacher_exported_in_training_mode_is_refused(tmp_path, cli):
 
 def test_non_finite_answers_are_never_released():
     from dpconvert.accounting import DpdfdAccountant
-    from dpconvert.mechanisms import NormalisedGaussianRelease
-    from dpconvert.teacher_checks import check_teacher
+    from dpconvert.mechanisms.gaussian_release import NormalisedGaussianRelease
+    from dpconvert.mechanisms.teacher_checks import check_teacher
 
     with pytest.raises(DpconvertError, match="non-finite"):
         check_teacher(lambda x: torch.full((len(x), 10), float("inf")), torch.randn(8, 1, 8, 8))
@@ -214,7 +214,7 @@ def test_saved_generator_is_bound_to_its_weights_and_teacher(saved_gen, tmp_path
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    from dpconvert.hashing import file_sha256
+    from dpconvert.io.hashing import file_sha256
 
     out = tmp_path / "s.onnx"
     code, _, err = cli("builtin:digits", "--method", "pknn", "--query-generator", saved_gen, "--eps", "8", *PKNN_FAST, "--out", out)
@@ -241,7 +241,7 @@ def test_saved_generator_is_bound_to_its_weights_and_teacher(saved_gen, tmp_path
 def create_digits_shaped_teacher(tmp_path: Path) -> Path:
     from safetensors.torch import save_file
 
-    from dpconvert.spec import InputSpec
+    from dpconvert.io.spec import InputSpec
     from dpconvert.students import create_student
 
     torch.manual_seed(1)

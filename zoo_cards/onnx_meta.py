@@ -50,7 +50,7 @@ def load_onnx(path: str):
 
 def write_model_with_card(path: str, proto, card: PrivacyCard, extra: dict | None = None) -> None:
     """Embed the card and write model, ``.card.json``, ``.card.md`` (and any ``extra`` path → bytes) all-or-nothing."""
-    from dpconvert.atomic import AtomicOutputs
+    from dpconvert.io.atomic import AtomicOutputs
 
     from .card import card_paths
     from .markdown import render_markdown

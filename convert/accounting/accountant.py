@@ -77,10 +77,7 @@ class Accountant(ABC):
 
 _INT_PARAMS = {"batch_size", "k", "num_classes"}
 
-ADJACENCY_QUERY = "add/remove one teacher answer (one row of one step's released B×K output-gradient matrix)"
-ADJACENCY_RECORD = "add/remove one record of the private data set"
-ADJACENCY_GENERATOR_PKNN = ("add/remove one teacher answer in the query generator's DPDFD run and add/remove one record of the "
-                            "private data set (Private-kNN labels)")
+from .adjacency import ADJACENCY_GENERATOR_PKNN, ADJACENCY_QUERY, ADJACENCY_RECORD  # noqa: E402,F401
 
 ACCOUNTANTS: Registry[type] = Registry("accountant")
 

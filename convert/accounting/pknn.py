@@ -29,7 +29,7 @@ from .screening import screening_rdp
 # Integer orders: the general Poisson amplification bound is evaluated at integers.
 RDP_ORDERS: tuple[int, ...] = tuple(range(2, 65)) + (72, 80, 96, 128, 160, 192, 256)
 
-from .accountant import ADJACENCY_RECORD  # noqa: E402,F401  (one definition, used by plans and cards)
+from .adjacency import ADJACENCY_RECORD  # noqa: E402,F401  (one definition, used by plans and cards)
 
 
 @dataclass(frozen=True)

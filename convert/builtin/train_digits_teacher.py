@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from dpconvert.data import digits_split, fit_to_spec
-from dpconvert.spec import InputSpec
+from dpconvert.io.data import digits_split, fit_to_spec
+from dpconvert.io.spec import InputSpec
 from dpconvert.students import create_student
 
 ARCH = "wide_cnn"

@@ -1,0 +1,6 @@
+"""The adjacency relations dpconvert's guarantees are stated under (the card's ``guarantee.adjacency``)."""
+
+ADJACENCY_QUERY = "add/remove one teacher answer (one row of one step's released B×K output-gradient matrix)"
+ADJACENCY_RECORD = "add/remove one record of the private data set"
+ADJACENCY_GENERATOR_PKNN = ("add/remove one teacher answer in the query generator's DPDFD run and add/remove one record of the "
+                            "private data set (Private-kNN labels)")

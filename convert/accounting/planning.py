@@ -1,0 +1,90 @@
+"""Privacy plans: what noise a run needs and what ε each accountant gives.
+
+Used by ``dpconvert plan`` and printed before every conversion.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Optional
+
+from dpconvert.accounting import calibrate, dpdfd, pknn
+from dpconvert.errors import DpconvertError
+
+log = logging.getLogger("dpconvert")
+
+
+def check_delta(delta: float, n: Optional[int]) -> None:
+    if not 0 < delta < 1:
+        raise DpconvertError(f"--delta must be in (0, 1), got {delta}")
+    if n is not None:
+        if n < 1:
+            raise DpconvertError(f"--n (private set size) must be >= 1, got {n}")
+        if delta > 1.0 / n:
+            raise DpconvertError(f"--delta {delta:g} is larger than 1/n = {1.0 / n:.3g}; use --delta {10 ** -len(str(n)):g} or smaller")
+
+
+def plan_dpdfd(*, eps: Optional[float], delta: float, steps: int, batch_size: int, noise_multiplier: Optional[float] = None,
+               n: Optional[int] = None, cross_check: bool = True) -> dict:
+    """σ for (ε, δ, T) — or ε for a given σ — with every accountant's ε and the record-level worst case."""
+    check_delta(delta, n)
+    if steps < 1:
+        raise DpconvertError(f"--steps must be >= 1, got {steps}")
+    if batch_size < 1:
+        raise DpconvertError(f"--batch-size must be >= 1, got {batch_size}")
+    if noise_multiplier is None:
+        if eps is None:
+            raise DpconvertError("give --eps (to calibrate σ) or --noise-multiplier (to compute ε)")
+        sigma, calibrated = calibrate.dpdfd_sigma(eps=eps, delta=delta, steps=steps), True
+    else:
+        if noise_multiplier < 0:
+            raise DpconvertError("--noise-multiplier must be >= 0")
+        sigma, calibrated = float(noise_multiplier), False
+    kw = dict(sigma=sigma, steps=steps, delta=delta)
+    result = {
+        "method": "dpdfd",
+        "sigma": sigma,
+        "steps": steps,
+        "batch_size": batch_size,
+        "delta": delta,
+        "target_epsilon": eps,
+        "calibrated": calibrated,
+        "epsilon": dpdfd.epsilon(**kw),
+        "accountants": {"analytic_gaussian": dpdfd.epsilon(**kw)},
+        "replace_one_epsilon": dpdfd.epsilon(**kw, scope="query_replace"),
+        "record_level_epsilon": dpdfd.epsilon(**kw, batch_size=batch_size, scope="record"),
+        "scope": "query",
+        "adjacency": dpdfd.ADJACENCY_QUERY,
+    }
+    if cross_check and sigma > 0:
+        result["accountants"]["pld"] = dpdfd.epsilon_pld(**kw)
+        result["accountants"]["rdp"] = dpdfd.epsilon_rdp(**kw)
+    return result
+
+
+def plan_pknn(*, eps: Optional[float], delta: float, k: int, sampling_rate: float, sigma1: float, threshold: float,
+              sigma2: Optional[float], num_classes: int, queries: int, answered: int, n: Optional[int] = None) -> dict:
+    check_delta(delta, n)
+    if queries < 1:
+        raise DpconvertError(f"--queries must be >= 1, got {queries}")
+    if n is not None and k > sampling_rate * n / 2:
+        raise DpconvertError(f"k={k} is larger than half the expected subsample size γ·n/2 = {sampling_rate * n / 2:.0f}; lower --k or raise --sampling-rate")
+    base = pknn.PknnPlan(k, sampling_rate, sigma1, threshold, sigma2 or 1.0, num_classes, queries, answered).validate()
+    calibrated = sigma2 is None
+    if calibrated:
+        if eps is None:
+            raise DpconvertError("give --eps (to calibrate σ2) or --sigma2 (to compute ε)")
+        base = replace(base, sigma2=calibrate.pknn_sigma2(base, eps=eps, delta=delta))
+    eps_all = pknn.epsilons(base, delta)
+    return {
+        "method": "pknn",
+        **base.to_dict(),
+        "delta": delta,
+        "target_epsilon": eps,
+        "calibrated": calibrated,
+        "epsilon": eps_all["epsilon"],
+        "accountants": {k_: v for k_, v in eps_all.items() if k_ != "epsilon"},
+        "scope": "record",
+        "adjacency": pknn.ADJACENCY_RECORD,
+    }

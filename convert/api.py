@@ -1,0 +1,81 @@
+"""The Python API: ``dpconvert.convert``, ``dpconvert.plan``, ``dpconvert.audit``. The CLI is a thin layer over these.
+
+    import dpconvert
+    r = dpconvert.convert("builtin:digits", out="student.onnx", eps=1, batch_size=20_000, epochs=1)
+    r.card.epsilon, r.out
+    dpconvert.convert("builtin:digits", out="s.onnx", noise_multiplier=5)          # ε computed from σ
+    dpconvert.convert("teacher.safetensors", out="s.onnx", method="pknn", private_data="train/", public_data="pub.npz")
+    dpconvert.plan("dpdfd", eps=1, releases=720)["sigma"]
+    [m.passed for m in dpconvert.audit(["models/"], max_eps=2)]
+
+Errors are ``DpconvertError`` with one line that names the parameter to fix (in backticks).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional
+
+from .options import DEFAULT_DELTA, RunOptions, resolve_device
+
+
+def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optional[float] = None, delta: float = DEFAULT_DELTA,
+            noise_multiplier: Optional[float] = None, seed: int = 0, device: str = "cpu", student: Optional[str] = None,
+            eval_data: Optional[str] = None, private_data: Optional[str] = None, public_data: Optional[str] = None,
+            pixel_range: Optional[float] = None, seeded_noise: bool = False, sign_key: Optional[str] = None,
+            loader=None, command: Optional[str] = None, on_plan: Optional[Callable[[dict], None]] = None,
+            on_progress: Optional[Callable[[dict], None]] = None, **method_options):
+    """Convert ``teacher`` into a DP student at ``out`` (ONNX) with its privacy card; returns a ``ConvertResult``.
+
+    ``teacher``: a file (.pt/.pth/.pt2/.safetensors/.onnx), ``timm:NAME`` or ``builtin:digits``; ``loader``: a
+    ``LoadOptions`` for files that need an architecture, class count or input spec. ``eps`` and ``noise_multiplier``
+    are exclusive (neither: ε = 1). ``method``: ``auto`` (Private-kNN with ``private_data``, DPDFD otherwise),
+    ``dpdfd`` or ``pknn``; ``method_options`` are that method's options (``DpdfdOptions``: releases, batch_size, clip,
+    epochs, distill_loss, generator, prior, prior_pool, save_generator; ``PknnOptions``: k, sampling_rate, sigma1,
+    threshold, sigma2, rounds, queries, features, epochs, labels, knn, canaries, query_generator, generator_eps, …).
+    """
+    from .io.teachers import LoadOptions
+    from .pipeline import run_conversion
+
+    device = resolve_device(device)
+    run = RunOptions(method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, seed=seed, device=device, student=student,
+                     eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range,
+                     seeded_noise=seeded_noise, sign_key=None if sign_key is None else str(sign_key), command=command)
+    if loader is None:
+        loader = LoadOptions(device=device)
+    return run_conversion(teacher, Path(out), run, method_options, load_options=loader, on_plan=on_plan, on_progress=on_progress)
+
+
+def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: float = DEFAULT_DELTA, n: Optional[int] = None,
+         releases: int = 1, batch_size: int = 256, noise_multiplier: Optional[float] = None, k: Optional[int] = None,
+         sampling_rate: Optional[float] = None, sigma1: Optional[float] = None, threshold: Optional[float] = None,
+         sigma2: Optional[float] = None, num_classes: int = 10, queries: int = 1000, answered: Optional[int] = None) -> dict:
+    """The privacy plan: σ for a target ε (or ε for a given σ), ε by every accountant, the record-level worst case.
+
+    DPDFD: ``releases``, ``batch_size``, ``noise_multiplier``. Private-kNN: ``k``, ``sampling_rate``, ``sigma1``,
+    ``threshold``, ``sigma2`` (defaults: ``PknnOptions``), ``num_classes``, ``queries``, ``answered`` (default all).
+    ``n``: the private-set size, if known, to check δ ≤ 1/n.
+    """
+    from .accounting.planning import plan_dpdfd, plan_pknn
+    from .errors import DpconvertError
+    from .methods.pknn import PknnOptions
+
+    if method == "dpdfd":
+        return plan_dpdfd(eps=eps, delta=delta, steps=releases, batch_size=batch_size, noise_multiplier=noise_multiplier, n=n)
+    if method == "pknn":
+        o = PknnOptions(**{k_: v for k_, v in dict(k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold, sigma2=sigma2).items()
+                           if v is not None})
+        return plan_pknn(eps=eps, delta=delta, k=o.k, sampling_rate=o.sampling_rate, sigma1=o.sigma1, threshold=o.threshold_value,
+                         sigma2=o.sigma2, num_classes=num_classes, queries=queries, answered=queries if answered is None else answered, n=n)
+    raise DpconvertError(f"unknown `method` {method!r}; choose dpdfd or pknn")
+
+
+def audit(paths, **policy) -> list:
+    """Audit models, cards or zoo directories; returns one ``ModelAudit`` per model (``.passed``, ``.checks``).
+
+    ``policy``: max_eps, max_delta, require_scope, max_record_eps, min_accuracy, allow_missing, allow_seeded_noise,
+    trusted_keys (a folder of *.pub keys), require_signature.
+    """
+    from .auditing.audit import Policy, audit as run_audit
+
+    return run_audit([str(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)], Policy(**policy))

@@ -1,0 +1,240 @@
+"""Every privacy-relevant part of a card, checked against the accountant events it carries (no torch).
+
+A card is only as good as its weakest field: a reader may look at ``guarantee.scope``, at the mechanism block,
+at the config, or at ``record_level_epsilon``, so all of them must say what the events say. The events are the
+one source of truth: ``recompute`` replays them with the project's accountants, and ``check_card`` returns one
+problem per field that disagrees, is missing, or is unknown, each message naming the field. The scope and the
+adjacency are derived from the accountant, never read from the card. (A card that is consistent but forged
+as a whole can only be caught by a signature: ``zoo_cards/signing.py``.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from dpconvert.registry import Registry
+
+REL_TOL = 1e-9
+
+GUARANTEE_KEYS = {"epsilon", "delta", "scope", "adjacency", "record_level_epsilon", "covers", "not_covered"}
+ACCOUNTING_KEYS = {"accountant", "epsilons", "cross_check", "libraries", "calibrated", "target_epsilon", "state", "note"}
+NOISE_KEYS = {"noise_rng", "noise_secret"}
+DPDFD_KEYS = {"method", "sigma", "clip", "batch_size", "releases", "distill_loss", "distinct_inputs", "query_source", "config",
+              "method_choice"} | NOISE_KEYS
+DPDFD_REQUIRED = {"method", "sigma", "clip", "batch_size", "releases", "distinct_inputs", "config"} | NOISE_KEYS
+PKNN_KEYS = {"method", "k", "sampling_rate", "sampling", "sigma1", "threshold", "sigma2", "queries_asked", "queries_answered", "rounds",
+             "features", "knn_search", "public_queries", "query_source", "labels", "config", "method_choice", "query_generator"} | NOISE_KEYS
+PKNN_REQUIRED = {"method", "k", "sampling_rate", "sigma1", "threshold", "sigma2", "queries_asked", "queries_answered", "config"} | NOISE_KEYS
+GENERATOR_KEYS = {"file", "file_sha256", "trained_in_this_run", "architecture", "teacher_sha256", "dpdfd_epsilon_at_its_delta", "its_delta",
+                  "samples", "dpdfd"}
+GENERATOR_DPDFD_KEYS = {"sigma", "clip", "batch_size", "releases", "query_source", "noise_rng", "noise_secret", "distinct_inputs"}
+
+
+def as_float(v) -> float:
+    """Card numbers: JSON has no infinity, so ε = ∞ is the string "inf"."""
+    if isinstance(v, bool):
+        raise TypeError("a boolean is not a number")
+    return math.inf if v == "inf" else float(v)
+
+
+class Problems(list):
+    """(field, message) pairs; ``check`` adds one when a condition fails."""
+
+    def check(self, ok: bool, where: str, message: str) -> bool:
+        if not ok:
+            self.append((where, message))
+        return ok
+
+    def keys(self, block: dict, where: str, allowed: set, required: set) -> None:
+        for k in sorted(set(block) - allowed):
+            self.append((f"{where}.{k}", "unknown privacy-relevant field (this dpconvert cannot vouch for it)"))
+        for k in sorted(required - set(block)):
+            self.append((f"{where}.{k}", "missing"))
+
+
+def recompute(data: dict):
+    """(accountant, {"epsilon", "record_level_epsilon", ...}) replayed from the card's events alone."""
+    from dpconvert.accounting import ACCOUNTANTS
+
+    acct = data["accounting"]
+    accountant = ACCOUNTANTS.get(acct["accountant"])().load_state_dict(acct["state"])
+    delta = float(data["guarantee"]["delta"])
+    out = {**accountant.epsilons(delta=delta), "record_level_epsilon": accountant.record_level_epsilon(delta=delta)}
+    if hasattr(accountant, "replace_one_epsilon"):
+        out["replace_one_epsilon"] = accountant.replace_one_epsilon(delta=delta)
+    return accountant, out
+
+
+def _claims_at_least(p: Problems, claimed, true: float, where: str) -> None:
+    try:
+        c = as_float(claimed)
+    except (TypeError, ValueError):
+        p.append((where, f"not a number ({claimed!r})"))
+        return
+    p.check(c >= true * (1 - REL_TOL) or (math.isinf(true) and math.isinf(c)), where,
+            f"card says {c:.6g} but the accountant events give {true:.6g}")
+
+
+def _same(p: Problems, block: dict, key: str, value, where: str) -> None:
+    """``block[key]`` (when present) equals ``value``."""
+    if key not in block or block[key] is None:
+        return
+    try:
+        ok = math.isclose(float(block[key]), float(value), rel_tol=REL_TOL)
+    except (TypeError, ValueError):
+        ok = False
+    p.check(ok, f"{where}.{key}", f"{block[key]!r} disagrees with the accountant events ({value!r})")
+
+
+def check_card(data: dict) -> tuple[dict, Problems]:
+    """(recomputed ε values, problems). An empty problem list means every privacy-relevant field agrees with the events."""
+    from dpconvert.errors import DpconvertError
+
+    p = Problems()
+    g, acct, mech = data.get("guarantee") or {}, data.get("accounting") or {}, data.get("mechanism") or {}
+    try:
+        accountant, true = recompute(data)
+    except (DpconvertError, KeyError, TypeError, ValueError) as e:
+        p.append(("accounting.state", f"cannot replay the events ({str(e).splitlines()[0][:160]})"))
+        return {}, p
+    _check_events(p, accountant, data)
+    p.keys(g, "guarantee", GUARANTEE_KEYS | set(CHECKS_EXTRA_GUARANTEE.get(accountant.name, ())), GUARANTEE_KEYS)
+    p.keys(acct, "accounting", ACCOUNTING_KEYS, {"accountant", "epsilons", "state", "calibrated"})
+    p.check(g.get("scope") == accountant.scope, "guarantee.scope",
+            f"card says {g.get('scope')!r} but {accountant.name!r} events prove {accountant.scope!r}")
+    p.check(g.get("adjacency") == accountant.adjacency, "guarantee.adjacency", f"does not match the {accountant.name!r} accountant's adjacency")
+    _claims_at_least(p, g.get("epsilon"), true["epsilon"], "guarantee.epsilon")
+    _claims_at_least(p, g.get("record_level_epsilon"), true["record_level_epsilon"], "guarantee.record_level_epsilon")
+    if "replace_one_epsilon" in true:
+        _claims_at_least(p, g.get("replace_one_epsilon"), true["replace_one_epsilon"], "guarantee.replace_one_epsilon")
+    bounds = acct.get("epsilons") or {}
+    for k in sorted(bounds):
+        if p.check(k in true and k != "epsilon", f"accounting.epsilons.{k}", "not a bound this accountant computes"):
+            _claims_at_least(p, bounds[k], true[k], f"accounting.epsilons.{k}")
+    if acct.get("calibrated") and acct.get("target_epsilon") is not None:
+        p.check(true["epsilon"] <= as_float(acct["target_epsilon"]) * (1 + REL_TOL), "accounting.target_epsilon",
+                f"the events give ε={true['epsilon']:.6g}, above the calibration target {acct['target_epsilon']}")
+    CHECKS.get(accountant.name)(p, accountant, data)
+    _check_noise_claims(p, data)
+    return {**true, "scope": accountant.scope}, p
+
+
+def _check_events(p: Problems, accountant, data: dict) -> None:
+    num_classes = (data.get("model") or {}).get("num_classes")
+    for i, e in enumerate(accountant.events):
+        where = f"accounting.state.events[{i}]"
+        p.check(isinstance(e.count, int) and e.count >= 1, f"{where}.count", f"must be a positive integer, got {e.count!r}")
+        for k, v in e.params.items():
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+            p.check(ok, f"{where}.params.{k}", f"must be a finite number ≥ 0, got {v!r}")
+        if "num_classes" in e.params and num_classes is not None:
+            p.check(e.params["num_classes"] == num_classes, f"{where}.params.num_classes", f"{e.params['num_classes']} ≠ model.num_classes {num_classes}")
+
+
+# ------------------------------------------------------------------ per accountant
+CHECKS: Registry[Callable] = Registry("card check")
+CHECKS_EXTRA_GUARANTEE = {"dpdfd": ("replace_one_epsilon",)}
+
+
+def _check_dpdfd_block(p: Problems, m: dict, events: list, where: str, *, required: set, allowed: set) -> None:
+    p.keys(m, where, allowed, required)
+    releases = sum(e.count for e in events)
+    p.check(releases >= 1, where, "no release events")
+    for e in events:
+        for key in ("sigma", "clip", "batch_size"):
+            _same(p, m, key, e.params.get(key), where)
+    if "releases" in m:
+        p.check(m["releases"] == releases, f"{where}.releases", f"{m['releases']!r} but the events count {releases} releases")
+    noisy = any(e.params.get("sigma", 0) > 0 for e in events)
+    if noisy:  # one answer = one row needs distinct inputs in a release (accounting/dpdfd.py)
+        p.check(m.get("distinct_inputs") is True, f"{where}.distinct_inputs", "not true: one answer may fill several rows, the ε is understated")
+    cfg = m.get("config")
+    if isinstance(cfg, dict):
+        for key in ("sigma", "clip", "batch_size"):
+            for e in events:
+                _same(p, cfg, key, e.params.get(key), f"{where}.config")
+        if "releases" in cfg:
+            p.check(cfg["releases"] == releases, f"{where}.config.releases", f"{cfg['releases']!r} but the events count {releases} releases")
+
+
+@CHECKS.register("dpdfd")
+def _check_dpdfd(p: Problems, accountant, data: dict) -> None:
+    m = data.get("mechanism") or {}
+    p.check(m.get("method") == "dpdfd", "mechanism.method", f"{m.get('method')!r} but the events are DPDFD releases")
+    _check_dpdfd_block(p, m, accountant.events, "mechanism", required=DPDFD_REQUIRED, allowed=DPDFD_KEYS)
+
+
+def _check_pknn_block(p: Problems, m: dict, events: list) -> None:
+    p.keys(m, "mechanism", PKNN_KEYS, PKNN_REQUIRED)
+    p.check(m.get("method") == "private-knn", "mechanism.method", f"{m.get('method')!r} but the events are Private-kNN")
+    screening = [e for e in events if e.mechanism == "pknn_screening"]
+    argmax = [e for e in events if e.mechanism == "pknn_argmax"]
+    asked, answered = sum(e.count for e in screening), sum(e.count for e in argmax)
+    p.check(m.get("queries_asked") == asked, "mechanism.queries_asked", f"{m.get('queries_asked')!r} but the events screen {asked} queries")
+    p.check(m.get("queries_answered") == answered, "mechanism.queries_answered",
+            f"{m.get('queries_answered')!r} but the events answer {answered} queries")
+    p.check(answered <= asked, "accounting.state.events", f"{answered} answers for {asked} screened queries")
+    for e in screening:
+        for key in ("k", "sigma1", "threshold", "sampling_rate"):
+            _same(p, m, key, e.params.get(key), "mechanism")
+    for e in argmax:
+        for key in ("sigma2", "sampling_rate"):
+            _same(p, m, key, e.params.get(key), "mechanism")
+    cfg = m.get("config")
+    if isinstance(cfg, dict):
+        for key in ("k", "sampling_rate", "sigma1", "threshold", "sigma2"):
+            if cfg.get(key) is not None and key in m:
+                _same(p, cfg, key, m[key], "mechanism.config")
+        if cfg.get("threshold") is None and cfg.get("threshold_ratio") is not None and "k" in m and "threshold" in m:
+            _same(p, {"threshold": cfg["threshold_ratio"] * cfg.get("k", m["k"])}, "threshold", m["threshold"], "mechanism.config.threshold_ratio·k")
+
+
+@CHECKS.register("pknn")
+def _check_pknn(p: Problems, accountant, data: dict) -> None:
+    m = data.get("mechanism") or {}
+    _check_pknn_block(p, m, accountant.events)
+    p.check("query_generator" not in m, "mechanism.query_generator", "a generator's cost is not in these events (accountant 'pknn')")
+
+
+@CHECKS.register("pknn+dpdfd_generator")
+def _check_generator_pknn(p: Problems, accountant, data: dict) -> None:
+    m = data.get("mechanism") or {}
+    gen_acc, labels_acc = accountant.parts()
+    _check_pknn_block(p, m, labels_acc.events)
+    info = m.get("query_generator")
+    if not p.check(isinstance(info, dict), "mechanism.query_generator", "missing: the composed events include a generator"):
+        return
+    p.keys(info, "mechanism.query_generator", GENERATOR_KEYS, {"teacher_sha256", "dpdfd", "dpdfd_epsilon_at_its_delta", "its_delta"})
+    teacher_sha = (data.get("teacher") or {}).get("sha256")
+    p.check(teacher_sha is not None and info.get("teacher_sha256") == teacher_sha, "mechanism.query_generator.teacher_sha256",
+            "the generator's cost was paid against another teacher (or none is named)")
+    if info.get("file") is not None:
+        p.check(isinstance(info.get("file_sha256"), str), "mechanism.query_generator.file_sha256", "missing for a saved generator file")
+    block = info.get("dpdfd")
+    if p.check(isinstance(block, dict), "mechanism.query_generator.dpdfd", "missing"):
+        _check_dpdfd_block(p, block, gen_acc.events, "mechanism.query_generator.dpdfd", required=GENERATOR_DPDFD_KEYS, allowed=GENERATOR_DPDFD_KEYS)
+    try:
+        its_delta = float(info.get("its_delta"))
+        _claims_at_least(p, info.get("dpdfd_epsilon_at_its_delta"), gen_acc.epsilon(delta=its_delta), "mechanism.query_generator.dpdfd_epsilon_at_its_delta")
+    except (TypeError, ValueError):
+        p.append(("mechanism.query_generator.its_delta", "not a number"))
+
+
+def _check_noise_claims(p: Problems, data: dict) -> None:
+    """A block that says its noise was secret must not describe a seeded stream."""
+    for where, m in noise_blocks(data):
+        if m.get("noise_secret") is True:
+            rng = str(m.get("noise_rng", "")).lower()
+            p.check("seeded with" not in rng and "--seeded-noise" not in rng, f"{where}.noise_secret",
+                    "true, but noise_rng describes a seeded stream")
+
+
+def noise_blocks(data: dict) -> list[tuple[str, dict]]:
+    """(where, block) of every mechanism whose noise the card's ε relies on."""
+    m = data.get("mechanism") or {}
+    out = [("mechanism", m)]
+    inner = (m.get("query_generator") or {}).get("dpdfd")
+    if isinstance(inner, dict):
+        out.append(("mechanism.query_generator.dpdfd", inner))
+    return out

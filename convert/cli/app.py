@@ -1,0 +1,420 @@
+"""The ``dpconvert`` command line: one Typer app that parses options, calls the Python API and prints.
+
+Options left out are passed as ``None`` and the library fills in its defaults (``options.py``,
+``methods/*.py``). Library errors name parameters in backticks (`batch_size`); ``main`` turns them into this CLI's
+flags (``--batch-size``). Heavy imports (torch, timm, onnx) happen inside commands so ``dpconvert --help`` is
+instant. Every ``DpconvertError`` becomes one red line and exit code 1; usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dpconvert.errors import DpconvertError
+from dpconvert.methods.dpdfd import DpdfdOptions
+from dpconvert.methods.pknn import PknnOptions
+from dpconvert.options import DEFAULT_DELTA, DEFAULT_EPS
+from dpconvert.version import __version__
+
+from .console import err, out, setup_logging
+
+app = typer.Typer(
+    name="dpconvert",
+    help="Convert a sensitive image classifier into a differentially private student, with a privacy card.\n\n"
+    "Main form: dpconvert TEACHER --eps 1 --out student.onnx (TEACHER: a file, timm:NAME or builtin:digits).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_show_locals=False,  # locals may hold private data
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+card_app = typer.Typer(help="Show, verify or sign one privacy card; make signing keys.", no_args_is_help=True)
+app.add_typer(card_app, name="card")
+
+TEACHER, PRIVACY, DPDFD, PKNN, DATA, OUTPUT = "Teacher", "Privacy", "DPDFD (data-free, query-level)", "Private-kNN (record-level)", "Data", "Output"
+P, D = PknnOptions(), DpdfdOptions()
+
+# ------------------------------------------------------------------ shared options
+Arch = Annotated[Optional[str], typer.Option("--arch", help="Architecture for weights-only files: timm:NAME or a registered one (e.g. datalens_cnn).", rich_help_panel=TEACHER)]
+NumClasses = Annotated[Optional[int], typer.Option("--num-classes", help="Number of classes (when the source does not say).", rich_help_panel=TEACHER)]
+InChans = Annotated[Optional[int], typer.Option("--in-chans", help="Input channels (e.g. 1 for grayscale timm models).", rich_help_panel=TEACHER)]
+InputSize = Annotated[Optional[str], typer.Option("--input-size", help="Input size C,H,W (e.g. 1,28,28).", rich_help_panel=TEACHER)]
+Mean = Annotated[Optional[str], typer.Option("--mean", help="Per-channel input mean, comma-separated.", rich_help_panel=TEACHER)]
+Std = Annotated[Optional[str], typer.Option("--std", help="Per-channel input std, comma-separated.", rich_help_panel=TEACHER)]
+Weights = Annotated[Optional[Path], typer.Option("--weights", help="Local weights file for timm:NAME (works offline).", rich_help_panel=TEACHER)]
+TrustPickle = Annotated[bool, typer.Option("--trust-pickle", help="Allow unpickling a whole nn.Module. Unpickling runs code from the file: only for files you trust.", rich_help_panel=TEACHER)]
+Device = Annotated[str, typer.Option("--device", help="cpu, cuda or auto.", rich_help_panel=TEACHER)]
+
+# Library parameter → CLI flag, where the flag is not the parameter with dashes.
+FLAG_OF = {"releases": "--steps", "method_options": "the method's options", "out": "--out"}
+
+
+def flag(param: str) -> str:
+    return FLAG_OF.get(param, "--" + param.replace("_", "-"))
+
+
+def as_flags(message: str) -> str:
+    """`batch_size` → --batch-size in a library error message."""
+    return re.sub(r"`([a-z_0-9]+)`", lambda m: flag(m.group(1)), message)
+
+
+def _load_options(arch, num_classes, in_chans, input_size, mean, std, weights, trust_pickle, device="cpu"):
+    from dpconvert.io.spec import parse_floats, parse_size
+    from dpconvert.io.teachers import LoadOptions
+    from dpconvert.options import resolve_device
+
+    return LoadOptions(arch=arch, num_classes=num_classes, in_chans=in_chans, input_size=parse_size(input_size) if input_size else None,
+                       mean=parse_floats(mean, "--mean") if mean else None, std=parse_floats(std, "--std") if std else None,
+                       weights=str(weights) if weights else None, trust_pickle=trust_pickle, device=resolve_device(device))
+
+
+def _given(**values) -> dict:
+    """Only the options the user gave: the library owns the defaults."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        out.print(f"dpconvert {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More log lines.")] = False,
+) -> None:
+    setup_logging(verbose)
+
+
+# ------------------------------------------------------------------ inspect
+@app.command()
+def inspect(
+    teacher: Annotated[str, typer.Argument(help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:NAME.")],
+    arch: Arch = None, num_classes: NumClasses = None, in_chans: InChans = None, input_size: InputSize = None, mean: Mean = None,
+    std: Std = None, weights: Weights = None, trust_pickle: TrustPickle = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (keys documented in the README).")] = False,
+) -> None:
+    """Load a teacher and print what was loaded (source kind, architecture, input spec, sha256)."""
+    from rich.table import Table
+
+    from dpconvert.io.teachers import load_teacher
+
+    t = load_teacher(teacher, _load_options(arch, num_classes, in_chans, input_size, mean, std, weights, trust_pickle))
+    if as_json:
+        print(json.dumps(t.info(), indent=2))
+        return
+    table = Table(title=f"teacher {teacher}", show_header=False)
+    s = t.spec
+    for k, v in [("source kind", t.kind), ("architecture", str(t.arch)),
+                 ("parameters", f"{t.num_params:,}" if t.num_params is not None else "n/a (black box)"),
+                 ("input", f"{s.channels}x{s.height}x{s.width}  mean={list(s.mean)} std={list(s.std)}"), ("classes", str(s.num_classes)),
+                 ("sha256", str(t.sha256)), ("description", t.description)]:
+        table.add_row(k, v)
+    out.print(table)
+    for w in t.warnings:
+        err.print(f"warning: {w}", style="yellow")
+
+
+# ------------------------------------------------------------------ plan
+@app.command()
+def plan(
+    method: Annotated[str, typer.Option("--method", help="dpdfd or pknn.")] = "dpdfd",
+    eps: Annotated[Optional[float], typer.Option("--eps", help="Target ε (calibrates the noise).")] = None,
+    delta: Annotated[float, typer.Option("--delta", help="Target δ.")] = DEFAULT_DELTA,
+    n: Annotated[Optional[int], typer.Option("--n", help="Private set size, if known (checks δ ≤ 1/n).")] = None,
+    steps: Annotated[int, typer.Option("--steps", "--releases", help="DPDFD: number of noisy releases T.")] = 720,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="DPDFD: rows per release B (only the record-level bound depends on it).")] = 256,
+    noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="DPDFD: use this σ and compute ε instead of calibrating.")] = None,
+    k: Annotated[Optional[int], typer.Option("--k", help=f"Private-kNN: neighbours (default {P.k}).")] = None,
+    sampling_rate: Annotated[Optional[float], typer.Option("--sampling-rate", help=f"Private-kNN: Poisson sampling rate γ (default {P.sampling_rate}).")] = None,
+    sigma1: Annotated[Optional[float], typer.Option("--sigma1", help=f"Private-kNN: screening noise σ1 (default {P.sigma1}).")] = None,
+    threshold: Annotated[Optional[float], typer.Option("--threshold", help=f"Private-kNN: screening threshold (default {P.threshold_ratio}·k).")] = None,
+    sigma2: Annotated[Optional[float], typer.Option("--sigma2", help="Private-kNN: argmax noise (default: calibrated to --eps).")] = None,
+    num_classes: Annotated[int, typer.Option("--num-classes", help="Private-kNN: classes.")] = 10,
+    queries: Annotated[int, typer.Option("--queries", help="Private-kNN: queries screened.")] = 1000,
+    answered: Annotated[Optional[int], typer.Option("--answered", help="Private-kNN: queries answered (default: all).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Plan a privacy budget: the noise for a target ε, and ε by each accountant."""
+    from dpconvert.api import plan as make_plan
+
+    from .render import print_plan
+
+    result = make_plan(method, eps=eps, delta=delta, n=n, releases=steps, batch_size=batch_size, noise_multiplier=noise_multiplier, k=k,
+                       sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold, sigma2=sigma2, num_classes=num_classes,
+                       queries=queries, answered=answered)
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    print_plan(result)
+
+
+# ------------------------------------------------------------------ convert (the main job)
+@app.command()
+def convert(
+    teacher: Annotated[str, typer.Argument(help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:digits.")],
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="Output student, an .onnx file; the card goes to OUT.card.json / OUT.card.md.", rich_help_panel=OUTPUT)] = Path("student.onnx"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON at the end instead of the summary table.", rich_help_panel=OUTPUT)] = False,
+    sign_key: Annotated[Optional[Path], typer.Option("--sign-key", help="Sign the card with this Ed25519 private key (dpconvert card keygen); audit --trusted-keys checks it.", rich_help_panel=OUTPUT)] = None,
+    method: Annotated[str, typer.Option("--method", help="dpdfd (data-free, query-level), pknn (record-level, needs --private-data) or auto.", rich_help_panel=PRIVACY)] = "auto",
+    eps: Annotated[Optional[float], typer.Option("--eps", help=f"Target ε; the noise is calibrated to it (default {DEFAULT_EPS:g} unless --noise-multiplier).", rich_help_panel=PRIVACY)] = None,
+    delta: Annotated[float, typer.Option("--delta", help="Target δ.", rich_help_panel=PRIVACY)] = DEFAULT_DELTA,
+    noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="DPDFD: use this σ instead of calibrating; ε is computed and printed.", rich_help_panel=PRIVACY)] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for everything but the DP noise (queries, student, training order); the noise is secret unless --seeded-noise.", rich_help_panel=PRIVACY)] = 0,
+    seeded_noise: Annotated[bool, typer.Option("--seeded-noise", help="For tests and benchmarks only: draw the DP noise and subsamples from --seed (reproducible, NOT secret: anyone with the card can regenerate the noise; the card says so and audit fails it unless --allow-seeded-noise).", rich_help_panel=PRIVACY)] = False,
+    student: Annotated[Optional[str], typer.Option("--student", help="Student architecture: a registered name or timm:NAME (default from the input size).", rich_help_panel=OUTPUT)] = None,
+    eval_data: Annotated[Optional[str], typer.Option("--eval-data", help="Labelled data to report accuracy on (not covered by the guarantee).", rich_help_panel=DATA)] = None,
+    private_data: Annotated[Optional[str], typer.Option("--private-data", help="The labelled private training data (any reader): record-level methods.", rich_help_panel=DATA)] = None,
+    public_data: Annotated[Optional[str], typer.Option("--public-data", help="Unlabelled public images used as queries (Private-kNN: labelled by the private data; DPDFD: replaces the data-free prior, marked on the card).", rich_help_panel=DATA)] = None,
+    pixel_range: Annotated[Optional[float], typer.Option("--pixel-range", help="Maximum pixel value of data stored as float or wide integers (e.g. 255); default: uint8 is 0..255, float must be in [0, 1]. Never inferred from the data.", rich_help_panel=DATA)] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", "--releases", help=f"Noisy releases T (ε depends on σ and T only; default {D.releases}).", rich_help_panel=DPDFD)] = None,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Rows per release B (default from the input size; free for the query-level ε).", rich_help_panel=DPDFD)] = None,
+    clip: Annotated[Optional[float], typer.Option("--clip", help=f"Row norm C of the normalised output gradients (default {D.clip:g}).", rich_help_panel=DPDFD)] = None,
+    epochs: Annotated[Optional[int], typer.Option("--epochs", help=f"Student epochs: DPDFD passes over the released pairs after each release (default from the input size); Private-kNN epochs per round (default {P.epochs}).", rich_help_panel=DPDFD)] = None,
+    distill_loss: Annotated[Optional[str], typer.Option("--distill-loss", help="DPDFD's L_T: logits (default: centred logit matching, the whole class ranking per query), ce (the paper's: teacher argmax only) or kd.", rich_help_panel=DPDFD)] = None,
+    generator: Annotated[Optional[str], typer.Option("--generator", help="A learned generator mixed with the data-free prior (e.g. dafl); default: the prior only.", rich_help_panel=DPDFD)] = None,
+    prior: Annotated[Optional[str], typer.Option("--prior", help="The data-free query prior: random_fields (smooth blobs and strokes) or centred_fields (the same inside a centred ellipse). Default: from the input size for DPDFD, random_fields for Private-kNN's prior queries.", rich_help_panel=DPDFD)] = None,
+    save_generator: Annotated[Optional[str], typer.Option("--save-generator", help="Save the learned generator and its DPDFD cost to FILE.safetensors (DPDFD with --generator; Private-kNN with --query-generator train).", rich_help_panel=DPDFD)] = None,
+    k: Annotated[Optional[int], typer.Option("--k", help=f"Neighbours (default {P.k}).", rich_help_panel=PKNN)] = None,
+    sampling_rate: Annotated[Optional[float], typer.Option("--sampling-rate", help=f"Poisson sampling rate γ (default {P.sampling_rate}).", rich_help_panel=PKNN)] = None,
+    sigma1: Annotated[Optional[float], typer.Option("--sigma1", help=f"Screening noise σ1 (default {P.sigma1:g}).", rich_help_panel=PKNN)] = None,
+    threshold: Annotated[Optional[float], typer.Option("--threshold", help=f"Screening threshold (default {P.threshold_ratio}·k).", rich_help_panel=PKNN)] = None,
+    sigma2: Annotated[Optional[float], typer.Option("--sigma2", help="Argmax noise (default: calibrated to --eps).", rich_help_panel=PKNN)] = None,
+    rounds: Annotated[Optional[int], typer.Option("--rounds", help=f"Rounds; the student's features refine the kNN space (default {P.rounds}).", rich_help_panel=PKNN)] = None,
+    queries: Annotated[Optional[int], typer.Option("--queries", help="Queries over all rounds (default: every public image, or 5000 from a generator or the prior).", rich_help_panel=PKNN)] = None,
+    features: Annotated[Optional[str], typer.Option("--features", help=f"First-round features: hog_pca (default), hog, or timm:NAME[@FILE] (a public pretrained backbone; FILE = local weights).", rich_help_panel=PKNN)] = None,
+    labels: Annotated[Optional[str], typer.Option("--labels", help="Student targets from the released noisy vote histogram: soft (default, tempered softmax) or hard (argmax). Same ε.", rich_help_panel=PKNN)] = None,
+    knn: Annotated[Optional[str], typer.Option("--knn", help="kNN search: exact (torch), faiss (optional extra, for ≥1M records) or auto (default).", rich_help_panel=PKNN)] = None,
+    canaries: Annotated[Optional[int], typer.Option("--canaries", help="One-run canary audit with N canaries (empirical ε lower bound on the card).", rich_help_panel=PKNN)] = None,
+    query_generator: Annotated[Optional[str], typer.Option("--query-generator", help="Queries from a generator FILE saved with --save-generator (its cost is composed in), 'train' (DPDFD trains one in this run) or 'prior' (data-independent).", rich_help_panel=PKNN)] = None,
+    generator_eps: Annotated[Optional[float], typer.Option("--generator-eps", help="With --query-generator train: the generator's share of --eps (default half); the rest labels the queries.", rich_help_panel=PKNN)] = None,
+    device: Device = "cpu", arch: Arch = None, num_classes: NumClasses = None, in_chans: InChans = None, input_size: InputSize = None,
+    mean: Mean = None, std: Std = None, weights: Weights = None, trust_pickle: TrustPickle = False,
+) -> None:
+    """Convert TEACHER into a DP student (DPDFD or Private-kNN) with an ONNX export and a privacy card."""
+    import shlex
+
+    import torch
+
+    from dpconvert.api import convert as run_convert
+
+    from .console import err as err_console
+    from .render import ProgressReporter, print_summary
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    method_options = _given(releases=steps, batch_size=batch_size, clip=clip, epochs=epochs, distill_loss=distill_loss, generator=generator,
+                            prior=prior, save_generator=save_generator, k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold,
+                            sigma2=sigma2, rounds=rounds, queries=queries, features=features, labels=labels, knn=knn, canaries=canaries,
+                            query_generator=query_generator, generator_eps=generator_eps)
+    reporter = ProgressReporter(steps or D.releases, err_console if as_json else out)  # stdout carries only the card under --json
+    try:
+        result = run_convert(
+            teacher, out=out_path, method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, seed=seed, device=device,
+            student=student, eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range,
+            seeded_noise=seeded_noise, sign_key=sign_key, command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            loader=_load_options(arch, num_classes, in_chans, input_size, mean, std, weights, trust_pickle, device),
+            on_plan=reporter.plan, on_progress=reporter.tick, **method_options)
+    finally:
+        reporter.close()
+    if as_json:
+        print(result.card.to_json())
+        return
+    print_summary(result)
+
+
+# ------------------------------------------------------------------ audit
+def _exit_usage(message: str) -> None:
+    err.print(f"error: {as_flags(message)}", style="bold red", markup=False)
+    raise typer.Exit(2)
+
+
+MIA = "Membership inference (empirical)"
+
+
+@app.command()
+def audit(
+    paths: Annotated[list[str], typer.Argument(help="Model files, *.card.json cards, or directories (zoos) scanned recursively.")],
+    max_eps: Annotated[Optional[float], typer.Option("--max-eps", help="Fail models whose ε exceeds this.", rich_help_panel="Policy")] = None,
+    max_delta: Annotated[Optional[float], typer.Option("--max-delta", help="Fail models whose δ exceeds this.", rich_help_panel="Policy")] = None,
+    require_scope: Annotated[Optional[str], typer.Option("--require-scope", help="Require this scope: record or query.", rich_help_panel="Policy")] = None,
+    max_record_eps: Annotated[Optional[float], typer.Option("--max-record-eps", help="Fail models whose record-level ε exceeds this.", rich_help_panel="Policy")] = None,
+    min_accuracy: Annotated[Optional[float], typer.Option("--min-accuracy", help="Fail models whose card reports lower student accuracy.", rich_help_panel="Policy")] = None,
+    allow_missing: Annotated[bool, typer.Option("--allow-missing", help="Models without a card pass (reported as 'no DP guarantee').", rich_help_panel="Policy")] = False,
+    allow_seeded_noise: Annotated[bool, typer.Option("--allow-seeded-noise", help="Let models whose DP noise was seeded (--seeded-noise: reproducible, not secret) pass; by default they fail.", rich_help_panel="Policy")] = False,
+    trusted_keys: Annotated[Optional[Path], typer.Option("--trusted-keys", help="A folder of *.pub Ed25519 keys (or one key): signatures by these keys are verified, others fail.", rich_help_panel="Policy")] = None,
+    require_signature: Annotated[bool, typer.Option("--require-signature", help="Fail models whose card is not signed by a key in --trusted-keys.", rich_help_panel="Policy")] = False,
+    require_secret_noise: Annotated[bool, typer.Option("--require-secret-noise", hidden=True, help="Kept for old CI configs: secret noise is now always required unless --allow-seeded-noise.")] = False,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the full report as JSON to this file.")] = None,
+    members: Annotated[Optional[str], typer.Option("--members", help="Data the model was trained on (labelled).", rich_help_panel=MIA)] = None,
+    non_members: Annotated[Optional[str], typer.Option("--non-members", help="Data it was not trained on (labelled).", rich_help_panel=MIA)] = None,
+    teacher: Annotated[Optional[str], typer.Option("--teacher", help="Also attack this teacher, side by side.", rich_help_panel=MIA)] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="At most this many members and non-members.", rich_help_panel=MIA)] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the ROC curves to this PNG.", rich_help_panel=MIA)] = None,
+    reference_models: Annotated[int, typer.Option("--reference-models", help="Train N cheap reference students on random halves of members ∪ non-members (LiRA with per-example calibration).", rich_help_panel=MIA)] = 0,
+    reference_epochs: Annotated[int, typer.Option("--reference-epochs", help="Epochs per reference student.", rich_help_panel=MIA)] = 3,
+    write_card: Annotated[bool, typer.Option("--write-card", help="Record the results in each model's card (audit block, labelled empirical).", rich_help_panel=MIA)] = False,
+    arch: Arch = None, num_classes: NumClasses = None, input_size: InputSize = None, mean: Mean = None, std: Std = None,
+) -> None:
+    """Verify privacy cards, recompute ε and enforce a policy. Exit 0 = all pass, 1 = a failure, 2 = usage error.
+
+    With --members/--non-members, also run membership-inference attacks (empirical evidence, not a guarantee)."""
+    from dpconvert.auditing.audit import Policy, audit as run_audit
+
+    from .render import membership_table, print_audit
+
+    try:
+        policy = Policy(max_eps, max_delta, require_scope, max_record_eps, min_accuracy, allow_missing, allow_seeded_noise, require_signature,
+                        str(trusted_keys) if trusted_keys else None)
+        results = run_audit(paths, policy)
+        if (members is None) != (non_members is None):
+            raise DpconvertError("membership inference needs both --members and --non-members")
+    except DpconvertError as e:
+        _exit_usage(str(e))
+    print_audit(results)
+    mia = {}
+    if members is not None:
+        try:
+            mia = membership_table(results, members, non_members, teacher, limit, plot,
+                                   _load_options(arch, num_classes, None, input_size, mean, std, None, False), reference_models, reference_epochs)
+        except DpconvertError as e:
+            _exit_usage(str(e))
+        if write_card:
+            from dpconvert.auditing.membership import record_in_card
+
+            for path, entry in mia.items():
+                record_in_card(path, entry, members, non_members)
+    if json_path is not None:
+        from dpconvert.io.atomic import AtomicOutputs
+
+        report = {"policy": policy.to_dict(), "passed": all(r.passed for r in results), "models": [r.to_dict() for r in results]}
+        if mia:
+            report["membership_inference"] = mia
+        with AtomicOutputs() as o:
+            o.write(json_path, json.dumps(report, indent=2, default=str) + "\n")
+    if not all(r.passed for r in results):
+        raise typer.Exit(1)
+
+
+# ------------------------------------------------------------------ card show | verify | keygen | sign
+@card_app.command("show")
+def card_show(
+    file: Annotated[Path, typer.Argument(help="A *.card.json or an ONNX model with an embedded card.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON instead of Markdown.")] = False,
+) -> None:
+    """Pretty-print a card."""
+    from dpconvert.zoo_cards import PrivacyCard, extract_card, render_markdown
+    from dpconvert.zoo_cards.onnx_meta import load_onnx
+
+    if file.suffix.lower() == ".onnx":
+        if not file.exists():
+            raise DpconvertError(f"{file}: no such file")
+        card = extract_card(load_onnx(str(file)), file.name)
+        if card is None:
+            raise DpconvertError(f"{file}: no embedded privacy card; look for {file.name}.card.json")
+    else:
+        card = PrivacyCard.read(file)
+    if as_json:
+        print(card.to_json())
+        return
+    from rich.markdown import Markdown
+
+    out.print(Markdown(render_markdown(card).split("---\n", 2)[-1]))
+
+
+@card_app.command("verify")
+def card_verify(
+    file: Annotated[Path, typer.Argument(help="A model file or its *.card.json.")],
+    max_eps: Annotated[Optional[float], typer.Option("--max-eps", help="Fail if ε exceeds this.")] = None,
+    require_scope: Annotated[Optional[str], typer.Option("--require-scope", help="Require this scope: record or query.")] = None,
+    allow_seeded_noise: Annotated[bool, typer.Option("--allow-seeded-noise", help="Let a card with seeded (not secret) noise pass.")] = False,
+    trusted_keys: Annotated[Optional[Path], typer.Option("--trusted-keys", help="A folder of *.pub keys whose signatures are accepted.")] = None,
+    require_signature: Annotated[bool, typer.Option("--require-signature", help="Fail unless signed by a key in --trusted-keys.")] = False,
+) -> None:
+    """Run the audit checks on one model or card."""
+    from dpconvert.auditing.audit import Policy, audit_model, discover
+
+    from .render import print_audit
+
+    try:
+        (target,) = discover([str(file)])
+        policy = Policy(max_eps=max_eps, require_scope=require_scope, allow_seeded_noise=allow_seeded_noise,
+                        trusted_keys=str(trusted_keys) if trusted_keys else None, require_signature=require_signature)
+        result = audit_model(target, policy)
+    except DpconvertError as e:
+        _exit_usage(str(e))
+    print_audit([result])
+    for c in result.checks:
+        out.print(f"{'ok ' if c.ok else 'FAIL'} {c.name}" + (f": {c.detail}" if c.detail else ""), markup=False)
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+@card_app.command("keygen")
+def card_keygen(path: Annotated[Path, typer.Argument(help="Where to write the private key (mode 0600); the public key goes to PATH.pub.")]) -> None:
+    """Create an Ed25519 key pair for signing cards. Keep PATH secret (a CI secret); publish PATH.pub to auditors."""
+    from dpconvert.zoo_cards.signing import generate_key
+
+    priv, pub, kid = generate_key(path)
+    out.print(f"private key {priv} (keep secret), public key {pub}, key id {kid}", markup=False)
+
+
+@card_app.command("sign")
+def card_sign(
+    model: Annotated[Path, typer.Argument(help="An .onnx model written by dpconvert.")],
+    key: Annotated[Path, typer.Option("--key", help="The Ed25519 private key (dpconvert card keygen).")],
+) -> None:
+    """Sign a model's card: the embedded copy, OUT.card.json and OUT.card.md are rewritten together."""
+    from dpconvert.zoo_cards.signing import load_private_key, sign_model
+
+    signed = sign_model(model, load_private_key(key))
+    out.print(f"signed {model} with key {signed.data['signature']['key_id']}", markup=False)
+
+
+# ------------------------------------------------------------------ entry point
+KNOWN_COMMANDS = {"inspect", "plan", "convert", "audit", "card"}
+
+
+def _with_default_command(argv: list[str]) -> list[str]:
+    """``dpconvert TEACHER ...`` means ``dpconvert convert TEACHER ...``."""
+    for i, arg in enumerate(argv):
+        if arg in ("--version", "-h", "--help"):
+            return argv
+        if arg.startswith("-"):
+            continue
+        if arg not in KNOWN_COMMANDS:
+            return argv[:i] + ["convert"] + argv[i:]
+        return argv
+    return argv
+
+
+def main() -> None:
+    argv = _with_default_command(sys.argv[1:])
+    try:
+        rc = app(args=argv, prog_name="dpconvert", standalone_mode=False)
+        if isinstance(rc, int) and rc:  # Typer turns Ctrl-C into Exit(130) and returns the code
+            if rc == 130:
+                err.print("interrupted; no output was written", style="bold red")
+            sys.exit(rc)
+    except DpconvertError as e:
+        err.print(f"error: {as_flags(str(e))}", style="bold red", markup=False)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        err.print("interrupted; no output was written", style="bold red")
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except Exception as e:  # click usage errors and aborts (Typer may vendor its own click)
+        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
+            e.show()
+            sys.exit(e.exit_code)
+        if type(e).__name__ == "Abort":
+            sys.exit(1)
+        raise
+    sys.exit(0)

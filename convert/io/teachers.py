@@ -1,0 +1,457 @@
+"""Load a sensitive teacher from any source it is likely to come in.
+
+One registry entry per source kind. Each loader returns a ``Teacher``: a
+batch -> logits callable (forward only: the teacher is a black box to every
+mechanism), its ``InputSpec``, the sha256 of the source file and a description.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from dpconvert.errors import DpconvertError
+from dpconvert.io.hashing import file_sha256
+from dpconvert.registry import Registry
+from dpconvert.io.spec import InputSpec
+
+
+@dataclass
+class LoadOptions:
+    arch: Optional[str] = None  # "timm:NAME" or a registered student architecture
+    num_classes: Optional[int] = None
+    in_chans: Optional[int] = None
+    input_size: Optional[tuple[int, int, int]] = None
+    mean: Optional[tuple[float, ...]] = None
+    std: Optional[tuple[float, ...]] = None
+    weights: Optional[str] = None  # local weights for timm:NAME
+    trust_pickle: bool = False
+    device: str = "cpu"
+
+
+@dataclass
+class Teacher:
+    forward: Callable[[Any], Any]  # torch.Tensor (B,C,H,W) -> logits (B,K); no grad
+    spec: InputSpec
+    kind: str
+    source: str
+    description: str
+    sha256: Optional[str] = None
+    arch: Optional[str] = None
+    num_params: Optional[int] = None
+    module: Any = None  # the nn.Module when there is one (never used for gradients)
+    warnings: list[str] = field(default_factory=list)
+
+    def __call__(self, x):
+        return self.forward(x)
+
+    def info(self) -> dict:
+        """What ``dpconvert inspect --json`` prints (keys documented in the README)."""
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "architecture": self.arch,
+            "num_params": self.num_params,
+            "input_spec": self.spec.to_dict(),
+            "num_classes": self.spec.num_classes,
+            "sha256": self.sha256,
+            "description": self.description,
+            "warnings": list(self.warnings),
+        }
+
+
+# name -> (claims(source) -> bool, load(source, options) -> Teacher); tried in registration order.
+LOADERS: Registry[tuple[Callable[[str], bool], Callable[[str, LoadOptions], Teacher]]] = Registry("teacher source")
+_ORDER: list[str] = []
+
+
+def _loader(name: str, claims: Callable[[str], bool]):
+    def deco(fn):
+        LOADERS.register(name)((claims, fn))
+        _ORDER.append(name)
+        return fn
+
+    return deco
+
+
+def _require_file(source: str) -> Path:
+    p = Path(source)
+    if not p.is_file():
+        raise DpconvertError(f"{source}: no such file; check the teacher path (or use timm:NAME / builtin:digits)")
+    return p
+
+
+def _suffix(*suffixes: str) -> Callable[[str], bool]:
+    return lambda s: Path(s).suffix.lower() in suffixes and not s.startswith(("timm:", "builtin:"))
+
+
+def _spec_from(base: Optional[InputSpec], opts: LoadOptions, what: str) -> InputSpec:
+    """Merge a source-provided spec with user flags; flags win. Missing pieces name their flag."""
+    c = h = w = k = None
+    mean = std = None
+    if base is not None:
+        c, h, w, k, mean, std = base.channels, base.height, base.width, base.num_classes, base.mean, base.std
+    if opts.input_size is not None:
+        c, h, w = opts.input_size
+    if opts.in_chans is not None:
+        c = opts.in_chans
+    if opts.num_classes is not None:
+        k = opts.num_classes
+    if c is None or h is None or w is None:
+        raise DpconvertError(f"{what}: cannot tell the input size; give --input-size C,H,W (e.g. 1,28,28)")
+    if k is None:
+        raise DpconvertError(f"{what}: cannot tell the number of classes; give --num-classes")
+    if opts.mean is not None:
+        mean = opts.mean
+    if opts.std is not None:
+        std = opts.std
+    if base is not None and opts.in_chans is not None and c != base.channels and opts.mean is None:
+        mean, std = (sum(mean) / len(mean),), (sum(std) / len(std),)
+    return InputSpec(c, h, w, k, mean if mean is not None else (0.0,), std if std is not None else (1.0,))
+
+
+def _torch_forward(module, device: str) -> Callable:
+    import torch
+
+    module = module.to(device)
+    try:
+        module.eval()
+    except NotImplementedError:  # torch.export modules are frozen in the mode they were exported in
+        pass
+
+    def forward(x):
+        with torch.inference_mode():
+            return module(x.to(device)).float()
+
+    return forward
+
+
+def _num_params(module) -> Optional[int]:
+    try:
+        return int(sum(p.numel() for p in module.parameters()))
+    except Exception:  # exported programs and scripted modules without parameters()
+        return None
+
+
+def check_teacher(teacher: Teacher) -> Teacher:
+    """Run the teacher once on a dummy batch; shape problems become clear errors."""
+    import torch
+
+    x = torch.zeros(2, *teacher.spec.shape)
+    try:
+        out = teacher.forward(x)
+    except Exception as e:  # the model itself rejected the input
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DpconvertError(
+            f"{teacher.source}: the teacher failed on an input of shape {tuple(x.shape)} ({first[:200]}); "
+            "fix --input-size C,H,W to match the model"
+        ) from None
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 2:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise DpconvertError(f"{teacher.source}: the teacher returned {shape} for a batch of 2; dpconvert needs a classifier that returns logits of shape (batch, classes)")
+    if out.shape[1] != teacher.spec.num_classes:
+        raise DpconvertError(
+            f"{teacher.source}: the teacher returns {out.shape[1]} classes but --num-classes says {teacher.spec.num_classes}; fix --num-classes"
+        )
+    return teacher
+
+
+# ---------------------------------------------------------------- builtin:NAME
+@_loader("builtin", lambda s: s.startswith("builtin:"))
+def load_builtin(source: str, opts: LoadOptions) -> Teacher:
+    from dpconvert.builtin import BUILTIN_TEACHERS
+
+    name = source[len("builtin:"):]
+    path = BUILTIN_TEACHERS.get(name)
+    teacher = _load_safetensors_file(str(path), opts, kind="builtin", source=source)
+    teacher.description = f"built-in teacher {name!r} ({teacher.arch}, trained on scikit-learn digits by dpconvert.builtin.train_digits_teacher)"
+    return teacher
+
+
+# ---------------------------------------------------------------- timm:NAME[.TAG]
+@_loader("timm", lambda s: s.startswith("timm:"))
+def load_timm(source: str, opts: LoadOptions) -> Teacher:
+    import timm
+
+    from dpconvert.students.factory import create_timm
+
+    name = source[len("timm:"):]
+    if not timm.is_model(name.split(".")[0]):
+        create_timm(name, InputSpec(1, 1, 1, 2), pretrained=False)  # raises with a close-match hint
+    cfg = timm.get_pretrained_cfg(name) or timm.get_pretrained_cfg(name.split(".")[0])
+    base = None
+    if cfg is not None and cfg.input_size:
+        base = InputSpec(cfg.input_size[0], cfg.input_size[1], cfg.input_size[2], cfg.num_classes or 1000, tuple(cfg.mean), tuple(cfg.std))
+    spec = _spec_from(base, opts, source)
+    if opts.weights is not None:
+        _require_file(opts.weights)
+    try:
+        if opts.weights is not None:
+            # Local weights are loaded strictly into the architecture (timm's pretrained path would
+            # re-initialise a classifier whose class count differs from the hub config).
+            from timm.models import load_checkpoint
+
+            model = create_timm(name, spec, pretrained=False)
+            load_checkpoint(model, opts.weights, strict=True)
+        else:
+            model = create_timm(name, spec, pretrained=True)
+    except DpconvertError:
+        raise
+    except RuntimeError as e:
+        if opts.weights is not None:
+            raise DpconvertError(f"{source}: --weights do not fit the model ({_first_mismatch(str(e))}); check --num-classes and --in-chans") from None
+        raise DpconvertError(f"{source}: could not load pretrained weights ({str(e).splitlines()[0][:200]}); pass --weights FILE to load local weights offline") from None
+    except Exception as e:  # hub unreachable, unreadable weights file
+        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise DpconvertError(f"{source}: could not load pretrained weights ({msg}); pass --weights FILE to load local weights offline") from None
+    sha = file_sha256(opts.weights) if opts.weights else None
+    return Teacher(
+        _torch_forward(model, opts.device), spec, "timm", source,
+        f"timm model {name}" + (f" with weights {Path(opts.weights).name}" if opts.weights else " (pretrained from the hub)"),
+        sha, f"timm:{name}", _num_params(model), model,
+    )
+
+
+# ---------------------------------------------------------------- .onnx
+@_loader("onnx", _suffix(".onnx"))
+def load_onnx(source: str, opts: LoadOptions) -> Teacher:
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    path = _require_file(source)
+    try:
+        sess = ort.InferenceSession(str(path), providers=_ort_providers(opts.device))
+    except Exception as e:
+        raise DpconvertError(f"{source}: onnxruntime cannot load it ({str(e).splitlines()[0][:160]}); is it a valid ONNX model?") from None
+    inp = sess.get_inputs()[0]
+    dims = [d if isinstance(d, int) else None for d in inp.shape]
+    base = None
+    if len(dims) == 4 and all(d is not None for d in dims[1:]):
+        out_dims = sess.get_outputs()[0].shape
+        k = out_dims[-1] if out_dims and isinstance(out_dims[-1], int) else None
+        base = InputSpec(dims[1], dims[2], dims[3], k or 2)
+        if k is None and opts.num_classes is None:
+            raise DpconvertError(f"{source}: the output class dimension is symbolic; give --num-classes")
+    spec = _spec_from(base, opts, source)
+    warnings = []
+    if opts.mean is None and opts.std is None:
+        warnings.append("ONNX teacher: input normalisation unknown, assuming mean=0, std=1 (pixels in [0,1]); pass --mean/--std if the model expects otherwise")
+    name = inp.name
+
+    def forward(x):
+        arr = x.detach().cpu().numpy().astype(np.float32, copy=False)
+        return torch.from_numpy(sess.run(None, {name: arr})[0]).float()
+
+    if dims and dims[0] is not None:  # exported with a static batch size
+        forward = fixed_batch(forward, dims[0])
+
+    return Teacher(forward, spec, "onnx", source, f"ONNX model {path.name} (black box, onnxruntime)", file_sha256(path), "onnx", None, None, warnings)
+
+
+def _ort_providers(device: str) -> list[str]:
+    import onnxruntime as ort
+
+    if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+# ---------------------------------------------------------------- .pt2 (torch.export)
+@_loader("torch.export", _suffix(".pt2"))
+def load_exported(source: str, opts: LoadOptions) -> Teacher:
+    import torch
+
+    path = _require_file(source)
+    try:
+        program = torch.export.load(str(path))
+    except Exception as e:
+        raise DpconvertError(f"{source}: not a torch.export program ({str(e).splitlines()[0][:160]}); save it with torch.export.save") from None
+    module = program.module()
+    base = None
+    args = program.example_inputs[0] if program.example_inputs else ()
+    if args and getattr(args[0], "ndim", 0) == 4:
+        k = opts.num_classes or _try_classes(module, args[0])
+        base = InputSpec(*args[0].shape[1:], k or 2)
+    forward = _torch_forward(module, opts.device)
+    if args and getattr(args[0], "ndim", 0) == 4 and not _accepts_batch(forward, args[0], args[0].shape[0] + 1):
+        forward = fixed_batch(forward, int(args[0].shape[0]))
+    return Teacher(forward, _spec_from(base, opts, source), "torch.export", source,
+                   f"torch.export program {path.name}", file_sha256(path), "torch.export", _num_params(module), module)
+
+
+def _accepts_batch(forward, example, batch: int) -> bool:
+    import torch
+
+    try:
+        forward(torch.zeros(batch, *example.shape[1:], dtype=example.dtype))
+        return True
+    except Exception:
+        return False
+
+
+def fixed_batch(forward: Callable, batch: int) -> Callable:
+    """Run a model exported with a static batch size on any batch: chunk, pad the last chunk."""
+    import torch
+
+    def run(x):
+        outs = []
+        for chunk in x.split(batch):
+            n = chunk.shape[0]
+            if n < batch:
+                chunk = torch.cat([chunk, chunk.new_zeros(batch - n, *chunk.shape[1:])])
+            outs.append(forward(chunk)[:n])
+        return torch.cat(outs)
+
+    return run
+
+
+def _try_classes(module, example) -> Optional[int]:
+    import torch
+
+    with torch.inference_mode():
+        out = module(example)
+    return int(out.shape[-1]) if isinstance(out, torch.Tensor) and out.ndim == 2 else None
+
+
+# ---------------------------------------------------------------- .safetensors
+@_loader("safetensors", _suffix(".safetensors"))
+def load_safetensors(source: str, opts: LoadOptions) -> Teacher:
+    return _load_safetensors_file(source, opts, kind="safetensors", source=source)
+
+
+def _load_safetensors_file(path_str: str, opts: LoadOptions, *, kind: str, source: str) -> Teacher:
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+
+    path = _require_file(path_str)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+        state = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise DpconvertError(f"{source}: not a valid safetensors file ({str(e)[:160]}); re-save it with safetensors.torch.save_file") from None
+    base = InputSpec.from_dict(json.loads(meta["dpconvert.input_spec"])) if "dpconvert.input_spec" in meta else None
+    arch = opts.arch or meta.get("dpconvert.arch")
+    return _from_state_dict(state, arch, base, opts, kind=kind, source=source, sha=file_sha256(path))
+
+
+# ---------------------------------------------------------------- .pt / .pth: TorchScript, state_dict, or pickled module
+def _is_torchscript(path: Path) -> bool:
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(n.endswith("constants.pkl") or "/code/" in n for n in z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+@_loader("torch", _suffix(".pt", ".pth", ".bin", ".ckpt"))
+def load_torch_file(source: str, opts: LoadOptions) -> Teacher:
+    import pickle
+
+    import torch
+
+    path = _require_file(source)
+    sha = file_sha256(path)
+    if _is_torchscript(path):
+        try:
+            module = torch.jit.load(str(path), map_location="cpu")
+        except Exception as e:
+            raise DpconvertError(f"{source}: corrupt TorchScript file ({str(e).splitlines()[0][:160]}); re-save it with torch.jit.save") from None
+        return Teacher(_torch_forward(module, opts.device), _spec_from(None, opts, source), "torchscript", source,
+                       f"TorchScript module {path.name}", sha, "torchscript", _num_params(module), module)
+    try:
+        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "weights_only" not in str(e) and "Weights only" not in str(e):
+            raise DpconvertError(f"{source}: corrupt checkpoint ({str(e).splitlines()[0][:160]}); re-save it with torch.save") from None
+        if not opts.trust_pickle:
+            raise DpconvertError(
+                f"{source} holds a pickled Python object (a whole nn.Module); unpickling runs arbitrary code from the file. "
+                "Save a state_dict instead, or pass --trust-pickle if you trust its author"
+            ) from None
+        obj = torch.load(str(path), map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, OSError, ValueError) as e:
+        raise DpconvertError(f"{source}: corrupt or unreadable checkpoint ({str(e).splitlines()[0][:160]}); re-save it with torch.save") from None
+    if isinstance(obj, torch.nn.Module):
+        return Teacher(_torch_forward(obj, opts.device), _spec_from(None, opts, source), "pickled-module", source,
+                       f"pickled nn.Module {type(obj).__name__} from {path.name} (loaded with --trust-pickle)", sha,
+                       type(obj).__name__, _num_params(obj), obj, ["teacher loaded by unpickling (--trust-pickle): the file could run code"])
+    state = _unwrap_state_dict(obj, source)
+    return _from_state_dict(state, opts.arch, None, opts, kind="state_dict", source=source, sha=sha)
+
+
+def _unwrap_state_dict(obj, source: str) -> dict:
+    import torch
+
+    if isinstance(obj, dict):
+        for key in ("state_dict", "model_state_dict", "model", "module"):
+            if key in obj and isinstance(obj[key], dict):
+                obj = obj[key]
+                break
+    if not isinstance(obj, dict) or not obj or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise DpconvertError(f"{source}: expected a state_dict (a dict of tensors); save one with torch.save(model.state_dict(), path)")
+    prefix = "module."
+    if all(k.startswith(prefix) for k in obj):
+        obj = {k[len(prefix):]: v for k, v in obj.items()}
+    return obj
+
+
+def _from_state_dict(state: dict, arch: Optional[str], base: Optional[InputSpec], opts: LoadOptions, *, kind: str, source: str, sha: str) -> Teacher:
+    from dpconvert.students import STUDENTS, create_student
+
+    if not arch:
+        raise DpconvertError(
+            f"{source} holds weights only; name the architecture with --arch timm:NAME or --arch one of: {', '.join(STUDENTS.names())}"
+        )
+    if arch.startswith("timm:"):
+        import timm
+
+        cfg = timm.get_pretrained_cfg(arch[5:]) if timm.is_model(arch[5:].split(".")[0]) else None
+        if base is None and cfg is not None and cfg.input_size:
+            base = InputSpec(cfg.input_size[0], cfg.input_size[1], cfg.input_size[2], cfg.num_classes or 1000, tuple(cfg.mean), tuple(cfg.std))
+    elif arch not in STUDENTS:
+        raise DpconvertError(STUDENTS.unknown_message(arch) + " Or use --arch timm:NAME")
+    spec = _spec_from(base, opts, source)
+    module = create_student(arch, spec)
+    missing, unexpected = [], []
+    try:
+        result = module.load_state_dict(state, strict=False)
+        missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
+    except RuntimeError as e:
+        raise DpconvertError(
+            f"{source}: weights do not fit --arch {arch} ({_first_mismatch(str(e))}); check --arch, --num-classes and --in-chans/--input-size"
+        ) from None
+    if missing or unexpected:
+        raise DpconvertError(
+            f"{source}: weights do not fit --arch {arch} (missing {missing[:3]}, unexpected {unexpected[:3]}); check --arch"
+        )
+    return Teacher(_torch_forward(module, opts.device), spec, kind, source,
+                   f"{arch} from {Path(source).name if not source.startswith('builtin:') else source} ({kind})", sha, arch, _num_params(module), module)
+
+
+def _first_mismatch(text: str) -> str:
+    for line in text.splitlines():
+        if "size mismatch" in line:
+            return line.strip()[:200]
+    return text.splitlines()[0][:200]
+
+
+def load_teacher(source: str, options: Optional[LoadOptions] = None, *, check: bool = True) -> Teacher:
+    """Load a teacher from a file, ``timm:NAME`` or ``builtin:NAME``; verify it on a dummy batch."""
+    opts = options or LoadOptions()
+    for name in _ORDER:
+        claims, load = LOADERS.get(name)
+        if claims(source):
+            teacher = load(source, opts)
+            return check_teacher(teacher) if check else teacher
+    p = Path(source)
+    if not p.exists():
+        raise DpconvertError(f"{source}: no such file; give a teacher file, timm:NAME or builtin:digits")
+    raise DpconvertError(
+        f"{source}: unknown teacher format {p.suffix or '(no suffix)'!r}; dpconvert reads .pt/.pth (state_dict, TorchScript), "
+        ".pt2 (torch.export), .safetensors, .onnx, timm:NAME and builtin:NAME"
+    )

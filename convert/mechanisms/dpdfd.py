@@ -1,0 +1,440 @@
+"""DPDFD: differentially private data-free distillation ("Differentially Private Data-Free Distillation", Algorithm 1).
+
+The only teacher information that leaves this module's release step is the
+output of ``NormalisedGaussianRelease``: per-row normalised, Gaussian-noised
+gradients of L_T w.r.t. the student logits. Everything after it — the student
+update, replaying released (x, y_s) pairs, the generator update against the
+student — is post-processing (ALGORITHMS.md §2, "utility levers"). The teacher
+is only ever called forward, under ``torch.inference_mode()``.
+
+A round = one noisy release of ``batch_size`` rows (one accountant event),
+followed by ``student_epochs`` passes of the student over every pair released
+so far and ``generator_steps`` generator updates with the student as a fixed
+discriminator. ε depends on σ and the number of releases only; the batch size
+and the replay are free for the query-level guarantee (the record-level worst
+case grows with √B: the card shows it).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from dpconvert.accounting import DpdfdAccountant
+from dpconvert.errors import DpconvertError
+from dpconvert.mechanisms.gaussian_release import NormalisedGaussianRelease
+from dpconvert.mechanisms.noise import mechanism_rng
+from dpconvert.registry import Registry
+
+
+@dataclass
+class DpdfdConfig:
+    releases: int = 8  # T: noisy releases (accountant events)
+    batch_size: int = 4096  # B: rows per release
+    sigma: float = 0.0  # noise multiplier (std σ·C per entry)
+    clip: float = 1.0  # C: row norm after normalisation
+    target_step: float = 5.0  # γ in y_s = s − γ·g̃ (seed 003 Alg. 1 line 10)
+    # L_T (DISTILL_LOSSES): "logits" (centred logit matching; default, chosen by benchmark: benchmarks/RESULTS.md §1),
+    # "ce" on the teacher argmax (the paper's choice) or "kd" (soft probabilities at kd_temperature)
+    distill_loss: str = "logits"
+    # None → "score" for ce, "centred" otherwise. "score": MSE to decoded label scores (ce only); "paper": MSE to y_s;
+    # "centred": the paper's y_s compared shift-invariantly
+    student_target: Optional[str] = None
+    zero_head: Optional[bool] = None  # zero the student's classifier first, so the first release is taken at s = 0 (None → not ce)
+    score_scale: float = 5.0  # λ: logit gap the clean score target corresponds to
+    # logit adjustment after training (post-processing): subtract the student's mean logits over the released queries
+    # from its head bias, so the query set's class mix is not kept as a prior on real inputs (Menon et al. 2021)
+    logit_adjust: bool = False
+    kd_temperature: float = 4.0
+    student_epochs: int = 4  # replay passes over the whole buffer after each release
+    student_lr: float = 1e-3
+    lr_schedule: str = "constant"  # "constant" or "cosine": decay to 0 over each replay (averages the noisy targets' pull)
+    minibatch: int = 256
+    generator_steps: int = 100  # generator updates per round (student as fixed discriminator)
+    generator_lr: float = 1e-3
+    gen_batch: int = 256
+    loss_ce: float = 1.0  # L_G: CE(student(G(z,c)), c) (argmax of the student for unconditional G)
+    loss_balance: float = 1.0  # α: Σ p̄ log p̄ (class balance)
+    loss_activation: float = 0.1  # β: −‖f_s(x)‖ (activation term)
+    prior_fraction: float = 0.5  # share of each release drawn from the data-independent prior (generators/random_fields.py)
+    prior_pool: int = 1  # after the first release, draw pool×n prior samples and keep a class-balanced, student-confident n
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
+        if self.student_target is None:
+            self.student_target = "score" if self.distill_loss == "ce" else "centred"
+        if self.zero_head is None:
+            self.zero_head = self.distill_loss != "ce"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RoundInfo:
+    round: int
+    releases: int
+    student_loss: float
+    generator_loss: float
+    seconds: float
+    times: dict
+
+
+# L_T: closed-form per-sample gradient ∂L_T/∂s (ALGORITHMS.md §2 step 4), by name.
+DISTILL_LOSSES: Registry[Callable] = Registry("distillation loss")
+
+
+@DISTILL_LOSSES.register("ce")
+def _ce_gradient(student_logits, teacher_logits, cfg):
+    """L_T = CE(s, argmax t), the paper's choice: the row says only which class the teacher picked."""
+    return F.softmax(student_logits, dim=1) - F.one_hot(teacher_logits.argmax(1), student_logits.shape[1]).float()
+
+
+@DISTILL_LOSSES.register("kd")
+def _kd_gradient(student_logits, teacher_logits, cfg):
+    """L_T = τ²·KL(softmax(t/τ) ‖ softmax(s/τ)); gradient τ·(softmax(s/τ) − softmax(t/τ))."""
+    tau = cfg.kd_temperature
+    return tau * (F.softmax(student_logits / tau, 1) - F.softmax(teacher_logits / tau, 1))
+
+
+@DISTILL_LOSSES.register("logits")
+def _logit_gradient(student_logits, teacher_logits, cfg):
+    """L_T = ½‖(s − s̄) − (t − t̄)‖² (logit matching, Ba & Caruana 2014; the τ→∞ limit of KD).
+
+    Its gradient is the centred difference s − t. At s = 0 (a zero-initialised
+    student head, ``zero_head``) the normalised row is the direction of the
+    teacher's centred logits: the teacher's whole ranking of the classes, where
+    CE keeps only its top class. Same norm C, same noise, same ε.
+    """
+    d = student_logits - teacher_logits
+    return d - d.mean(1, keepdim=True)
+
+
+def per_sample_output_gradient(student_logits: torch.Tensor, teacher_logits: torch.Tensor, cfg: DpdfdConfig) -> torch.Tensor:
+    """∂L_T/∂s for each row, closed form (ALGORITHMS.md §2 step 4)."""
+    return DISTILL_LOSSES.get(cfg.distill_loss)(student_logits, teacher_logits, cfg)
+
+
+def label_log_likelihood(student_logits: torch.Tensor, g_noisy: torch.Tensor, mech) -> torch.Tensor:
+    """log P(g̃ | teacher label c), up to a constant, for one noisy CE release (post-processing).
+
+    For L_T = CE(s, argmax t) the normalised row is ḡ_c = C·(p_s − e_c)/‖p_s − e_c‖
+    for the (unknown) teacher label c, and g̃ = ḡ_c + N(0, σ²C²I). Every ḡ_c has
+    norm C, so log P(g̃ | c) = ⟨g̃, ḡ_c⟩ / (σ²C²) + const. Adding a log-prior and a
+    softmax gives the posterior over the teacher label (ALIBI-style decoding,
+    Malek et al. 2021). At σ = 0 the likelihood is made a hard one-hot label.
+    """
+    p = F.softmax(student_logits, dim=1)
+    k = p.shape[1]
+    cands = p[:, None, :] - torch.eye(k, device=p.device)[None]  # (B, c, K): p_s − e_c
+    cands = mech.normalise(cands.reshape(-1, k)).reshape(-1, k, k)
+    score = torch.einsum("bk,bck->bc", g_noisy, cands)
+    if mech.sigma == 0:
+        return torch.where(F.one_hot(score.argmax(1), k).bool(), 0.0, -1e4)
+    return score / (mech.sigma * mech.clip) ** 2
+
+
+def classifier(student: torch.nn.Module) -> torch.nn.Linear:
+    return student.get_classifier() if hasattr(student, "get_classifier") else student.head
+
+
+def student_classes(student: torch.nn.Module) -> int:
+    return int(classifier(student).out_features)
+
+
+def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The buffer as one tensor; a single release is used as is (no copy of ~300 MB at B=100k on 28×28)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def first_occurrences(x: torch.Tensor) -> torch.Tensor:
+    """Indices of the first copy of each distinct row (sample) of x, in their original order."""
+    _, inverse = torch.unique(x.reshape(len(x), -1), dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), len(x), dtype=torch.long, device=x.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(len(x), device=x.device), "amin")
+    return first.sort().values
+
+
+def _batched(fn: Callable, x: torch.Tensor, size: int) -> torch.Tensor:
+    return torch.cat([fn(chunk) for chunk in x.split(size)])
+
+
+class Dpdfd:
+    def __init__(self, teacher: Callable, student: torch.nn.Module, generator: Optional[torch.nn.Module], cfg: DpdfdConfig,
+                 accountant: DpdfdAccountant, device: str = "cpu", prior: Optional[torch.nn.Module] = None,
+                 noise_rng: Optional[torch.Generator] = None) -> None:
+        self.teacher, self.student, self.cfg = teacher, student.to(device), cfg
+        self.generator = generator.to(device) if generator is not None else None
+        self.prior = prior.to(device) if prior is not None else None
+        if self.generator is None and self.prior is None:
+            raise ValueError("DPDFD needs a generator, a prior, or both")
+        if cfg.distill_loss != "ce" and cfg.student_target == "score":
+            raise ValueError("label decoding (the score target) assumes the CE release; use student_target 'paper' or 'centred'")
+        if cfg.zero_head:
+            head = classifier(self.student)
+            torch.nn.init.zeros_(head.weight)
+            torch.nn.init.zeros_(head.bias)
+        self.device = device
+        # the DP noise: its own stream (convert/noise.py: secret unless seeded noise was asked for)
+        self.noise_rng = noise_rng if noise_rng is not None else mechanism_rng(cfg.seed)[0]
+        self.mechanism = NormalisedGaussianRelease(sigma=cfg.sigma, clip=cfg.clip, accountant=accountant, generator=self.noise_rng)
+        self.accountant = accountant
+        self.opt_s = torch.optim.Adam(self.student.parameters(), lr=cfg.student_lr)
+        self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=cfg.generator_lr) if self.generator is not None else None
+        self.buffer_x: list[torch.Tensor] = []
+        self.buffer_y: list[torch.Tensor] = []
+        self.rng = torch.Generator(device="cpu").manual_seed(cfg.seed)
+        self.num_classes = student_classes(student)
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, n: int, nz: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        z = torch.randn(n, nz or self.generator.nz, generator=self.rng).to(self.device)
+        labels = (torch.arange(n) % self.num_classes)[torch.randperm(n, generator=self.rng)].to(self.device)
+        return z, labels
+
+    def _generate(self, z, labels):
+        return self.generator(z, labels if self.generator.num_classes else None)
+
+    @torch.no_grad()
+    def _select_balanced(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """Indices of n inputs, n/K per student-predicted class, most confident first (post-processing)."""
+        self.student.eval()
+        probs = F.softmax(_batched(self.student, x, 4096), 1)
+        conf, cls = probs.max(1)
+        per = -(-n // self.num_classes)
+        keep = []
+        for c in range(self.num_classes):
+            idx = (cls == c).nonzero().squeeze(1)
+            keep.append(idx[conf[idx].argsort(descending=True)[:per]])
+        keep = torch.cat(keep)
+        if len(keep) < n:  # rare classes ran out: fill with the most confident of the rest
+            rest = torch.ones(len(x), dtype=torch.bool)
+            rest[keep] = False
+            others = rest.nonzero().squeeze(1)
+            keep = torch.cat([keep, others[conf[others].argsort(descending=True)[: n - len(keep)]]])
+        return keep[:n]
+
+    @torch.no_grad()
+    def synthesise(self, n: int) -> torch.Tensor:
+        """n fresh inputs: a ``prior_fraction`` share from the prior, the rest from the generator."""
+        n_prior = n if self.generator is None else (0 if self.prior is None else int(round(n * self.cfg.prior_fraction)))
+        parts = []
+        if n_prior:
+            pool = self.cfg.prior_pool if self.buffer_x else 1
+            z, _ = self.sample(n_prior * pool, self.prior.nz)
+            xp = _batched(lambda i: self.prior(z[i]), torch.arange(len(z)), 4096)
+            if pool > 1:
+                xp = xp[self._select_balanced(xp, n_prior)]
+            parts.append(xp)
+        if n - n_prior:
+            z, labels = self.sample(n - n_prior)
+            self.generator.eval()
+            parts.append(_batched(lambda i: self._generate(z[i], labels[i]), torch.arange(n - n_prior), 1024))
+            self.generator.train()
+        return torch.cat(parts)
+
+    @torch.no_grad()
+    def probe_inputs(self, n: int) -> torch.Tensor:
+        """n inputs from the query source for checks before the first release; the query stream is left as it was."""
+        state = self.rng.get_state()
+        try:
+            return self.synthesise(n)
+        finally:
+            self.rng.set_state(state)
+
+    @torch.no_grad()
+    def distinct_queries(self, n: int, max_rounds: int = 20) -> torch.Tensor:
+        """n pairwise-distinct inputs for one release.
+
+        The query-level analysis (ALGORITHMS.md §1) lets one teacher answer move
+        one row of the release by at most C. The same input twice in a release
+        puts that answer in two rows (L2 sensitivity √2·C, and its noise would
+        average away), so repeated inputs (e.g. a public image under the same
+        shift and flip) are replaced by fresh draws. Continuous priors never repeat,
+        and then this costs one sort and changes nothing.
+        """
+        x = self.synthesise(n)
+        for _ in range(max_rounds):
+            x = x[first_occurrences(x)]
+            if len(x) >= n:
+                return x[:n]
+            x = torch.cat([x, self.synthesise(n - len(x))])
+        raise DpconvertError(
+            f"the query source gave only {len(first_occurrences(x))} distinct inputs for a release of {n}: lower "
+            f"--batch-size, or give more --public-data images")
+
+    # ------------------------------------------------------------ one round
+    def release(self) -> dict:
+        """Alg. 1 lines 2–10: synthesise B inputs, query the teacher, release noisy output gradients."""
+        cfg, times = self.cfg, {}
+        t0 = time.perf_counter()
+        x = self.distinct_queries(cfg.batch_size)
+        times["generator"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            t_logits = _batched(self.teacher, x, 512).to(self.device)
+        times["teacher"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        self.student.eval()
+        with torch.no_grad():
+            s_logits = _batched(self.student, x, 1024)
+        g = per_sample_output_gradient(s_logits, t_logits.clone(), cfg)
+        del t_logits  # nothing un-noised from the teacher survives this function
+        g_noisy = self.mechanism.release(g)
+        del g
+        if cfg.student_target == "score":
+            y_s = label_log_likelihood(s_logits, g_noisy, self.mechanism)
+        else:
+            y_s = s_logits - cfg.target_step * g_noisy
+        self.buffer_x.append(x.detach())
+        self.buffer_y.append(y_s.detach())
+        times["student"] = time.perf_counter() - t0
+        return times
+
+    def score_targets(self, loglik: torch.Tensor) -> torch.Tensor:
+        """Unbiased label scores λ·⟨g̃, ḡ_c⟩/C² (centred): E = λ⟨ḡ_t, ḡ_c⟩/C², maximal at the teacher label."""
+        mech = self.mechanism
+        y = loglik * mech.sigma**2 if mech.sigma > 0 else (loglik == 0).float()
+        y = self.cfg.score_scale * y
+        return y - y.mean(1, keepdim=True)
+
+    def train_student(self, epochs: Optional[int] = None) -> float:
+        """Alg. 1 lines 11–12 on every released pair (post-processing)."""
+        cfg = self.cfg
+        target = cfg.student_target
+        x, y = _joined(self.buffer_x), _joined(self.buffer_y)
+        self.student.train()
+        total, n = 0.0, 0
+        epochs = cfg.student_epochs if epochs is None else epochs
+        steps = epochs * -(-len(x) // cfg.minibatch)
+        for _ in range(epochs):
+            for idx in torch.randperm(len(x), generator=self.rng).split(cfg.minibatch):
+                if cfg.lr_schedule == "cosine":
+                    for group in self.opt_s.param_groups:
+                        group["lr"] = cfg.student_lr * 0.5 * (1 + math.cos(math.pi * n / steps))
+                out = self.student(x[idx])
+                if target == "score":
+                    loss = 0.5 * (out - out.mean(1, keepdim=True) - self.score_targets(y[idx])).pow(2).sum(1).mean()
+                elif target == "centred":  # the same, shift-invariant: the noise's common shift is not fitted
+                    loss = 0.5 * (out - out.mean(1, keepdim=True) - (y[idx] - y[idx].mean(1, keepdim=True))).pow(2).sum(1).mean()
+                else:  # seed 003 Alg. 1 line 11: L_S(s, y_s), here ½‖s − y_s‖² (its gradient at release is γ·g̃)
+                    loss = 0.5 * (out - y[idx]).pow(2).sum(1).mean()
+                self.opt_s.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt_s.step()
+                total, n = total + loss.item(), n + 1
+            self._tick(kind="student_epoch", loss=total / max(n, 1))
+        return total / max(n, 1)
+
+    @torch.no_grad()
+    def adjust_for_query_prior(self, n: int = 20_000) -> torch.Tensor:
+        """Logit adjustment: head bias −= the student's mean logits over (up to n of) the released queries.
+
+        The student learns E[row | x] under the query distribution. A data-free
+        prior puts most queries in one or two classes (FMNIST: sandal and bag),
+        so that mean is far from zero, and under noise argmax then returns the
+        query set's majority class on real inputs. Subtracting it is the logit
+        adjustment for a label shift to a uniform class prior (Menon et al.
+        2021). It uses only the student and the data-independent queries:
+        post-processing, no ε. Returns the shift that was removed.
+        """
+        head = classifier(self.student)
+        if head.bias is None:
+            raise ValueError("logit_adjust needs a classifier with a bias")
+        was_training = self.student.training
+        self.student.eval()
+        try:
+            # evenly spaced over the whole buffer (every release and source), gathered without concatenating it
+            ends = torch.tensor([len(b) for b in self.buffer_x]).cumsum(0)
+            idx = torch.linspace(0, int(ends[-1]) - 1, min(n, int(ends[-1]))).long()
+            x = torch.cat([b[idx[(idx >= end - len(b)) & (idx < end)] - (end - len(b))] for b, end in zip(self.buffer_x, ends)])
+            shift = _batched(self.student, x, 1024).mean(0)
+            head.bias.sub_(shift)
+        finally:
+            self.student.train(was_training)
+        return shift
+
+    def attach_holdout(self, n: int = 1000) -> None:
+        """A held-out synthetic batch for the progress display only.
+
+        Its un-noised teacher labels are shown to the operator (who holds the
+        teacher anyway) and never reach the student, the generator or the card.
+        """
+        main, self.rng = self.rng, torch.Generator().manual_seed(self.cfg.seed + 2000)  # its own stream: watching must not
+        try:  # change the student (the CLI shows progress, the library need not)
+            x = self.synthesise(n)
+        finally:
+            self.rng = main
+        with torch.inference_mode():
+            self._holdout = (x, _batched(self.teacher, x, 512).argmax(1).cpu())
+
+    @torch.no_grad()
+    def holdout_agreement(self) -> Optional[float]:
+        if getattr(self, "_holdout", None) is None:
+            return None
+        x, t = self._holdout
+        was_training = self.student.training  # called between student epochs: leave the mode as found
+        self.student.eval()
+        try:
+            return float((_batched(self.student, x, 1024).argmax(1).cpu() == t).float().mean())
+        finally:
+            self.student.train(was_training)
+
+    def _tick(self, **info) -> None:
+        if getattr(self, "on_progress", None):
+            info["releases"] = self.accountant.count(NormalisedGaussianRelease.mechanism)
+            info["agreement"] = self.holdout_agreement()
+            self.on_progress(info)
+
+    def train_generator(self) -> float:
+        """Alg. 1 lines 13–14: L_S + L_G with the student as a fixed discriminator (post-processing)."""
+        cfg = self.cfg
+        self.student.eval()
+        for p in self.student.parameters():
+            p.requires_grad_(False)
+        total = 0.0
+        try:
+            for _ in range(cfg.generator_steps):
+                z, labels = self.sample(cfg.gen_batch)
+                x = self._generate(z, labels)
+                feats = self.student.forward_features(x)
+                s = self.student.forward_head(feats)
+                target = labels if self.generator.num_classes else s.argmax(1)
+                p_mean = F.softmax(s, 1).mean(0)
+                loss = cfg.loss_ce * F.cross_entropy(s, target)
+                loss = loss + cfg.loss_balance * (p_mean * torch.log(p_mean + 1e-8)).sum()
+                loss = loss - cfg.loss_activation * feats.abs().mean()
+                self.opt_g.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt_g.step()
+                total += loss.item()
+        finally:
+            for p in self.student.parameters():
+                p.requires_grad_(True)
+        return total / max(cfg.generator_steps, 1)
+
+    def run(self, on_round: Optional[Callable[[RoundInfo], None]] = None, on_progress: Optional[Callable[[dict], None]] = None) -> None:
+        self.on_progress = on_progress
+        for r in range(1, self.cfg.releases + 1):
+            t0 = time.perf_counter()
+            times = self.release()
+            self._tick(kind="release", round=r)
+            t1 = time.perf_counter()
+            ls = self.train_student()
+            times["student"] += time.perf_counter() - t1
+            lg = 0.0
+            if r < self.cfg.releases and self.cfg.generator_steps and self.generator is not None:
+                t1 = time.perf_counter()
+                lg = self.train_generator()
+                times["generator"] += time.perf_counter() - t1
+            if r == self.cfg.releases and self.cfg.logit_adjust:
+                self.adjust_for_query_prior()
+            if on_round:
+                on_round(RoundInfo(r, self.accountant.count(NormalisedGaussianRelease.mechanism), ls, lg, time.perf_counter() - t0, times))

@@ -1,0 +1,214 @@
+"""Private-kNN (seed 000; ALGORITHMS.md §3): record-level DP labels for public queries.
+
+For each query: a Poisson subsample of the private set (each record kept
+independently with probability γ), the k nearest kept records in a feature
+space φ that never saw private labels, noisy screening
+(max vote + N(0, σ1²) ≥ T), and — on a fresh, independent Poisson subsample —
+a noisy argmax (votes + N(0, σ2²)). ``PknnMechanism`` is the only place that
+draws the subsamples and the noise, and it reports each use to the
+accountant as it happens. The student then learns from answered queries
+(post-processing); its features become φ for the next round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from dpconvert.accounting import PknnAccountant
+
+
+FAISS_MIN_RECORDS = 1_000_000  # --knn auto uses faiss (when installed) from this private-set size on
+
+
+def resolve_knn(name: str, n: int) -> str:
+    from dpconvert.errors import DpconvertError
+
+    if name not in ("auto", "exact", "faiss"):
+        raise DpconvertError(f"--knn must be auto, exact or faiss, got {name!r}")
+    have_faiss = _faiss_available()
+    if name == "faiss" and not have_faiss:
+        raise DpconvertError("--knn faiss needs the optional extra: pip install 'dpconvert[faiss]' (or faiss-cpu)")
+    if name == "auto":
+        return "faiss" if n >= FAISS_MIN_RECORDS and have_faiss else "exact"
+    return name
+
+
+def _faiss_available() -> bool:
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class PknnMechanism:
+    mechanisms = ("pknn_screening", "pknn_argmax")
+
+    def __init__(self, private_labels: torch.Tensor, num_classes: int, *, k: int, sampling_rate: float, sigma1: float,
+                 threshold: float, sigma2: float, accountant: PknnAccountant, generator: torch.Generator, chunk: int = 256,
+                 knn: str = "exact", oversample: float = 2.0) -> None:
+        self.labels, self.num_classes = private_labels.long(), num_classes
+        self.k, self.gamma, self.sigma1, self.threshold, self.sigma2 = int(k), float(sampling_rate), float(sigma1), float(threshold), float(sigma2)
+        self.accountant, self.rng, self.chunk = accountant, generator, chunk
+        self.knn, self.oversample = knn, oversample
+        self.on_chunk: Optional[Callable[[int], None]] = None  # progress: called with the number of queries voted on
+        self._index = None  # faiss index over the private features (built on first use, per feature matrix)
+
+    def poisson_mask(self, rows: int, n: int) -> torch.Tensor:
+        """Independent Bernoulli(γ) per (query, record): one Poisson subsample per query."""
+        return torch.rand(rows, n, generator=self.rng) < self.gamma
+
+    def votes(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
+        """Vote histogram (m, K) of the k nearest *kept* records, a fresh Poisson subsample per query."""
+        if self.knn == "faiss":
+            return self._votes_oversampled(qfeats, pfeats)
+        out = []
+        for q in qfeats.split(self.chunk):
+            d = torch.cdist(q, pfeats)
+            d.masked_fill_(~self.poisson_mask(*d.shape), float("inf"))
+            dist, idx = d.topk(min(self.k, d.shape[1]), dim=1, largest=False)
+            valid = torch.isfinite(dist)  # fewer than k kept records: only real neighbours vote
+            out.append(self._histogram(idx, valid))
+            self._tick(len(q))
+        return torch.cat(out) if out else torch.zeros(0, self.num_classes)
+
+    def _tick(self, n: int) -> None:
+        if self.on_chunk is not None:
+            self.on_chunk(n)
+
+    def _histogram(self, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        onehot = F.one_hot(self.labels[idx], self.num_classes) * valid.unsqueeze(-1)
+        return onehot.sum(1).float()
+
+    def _votes_oversampled(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
+        """Exact kNN under a Poisson mask without drawing n bits per query (large private sets).
+
+        Why this is the same mechanism: the k nearest *kept* records depend only on
+        the inclusion bits of the records nearer than the k-th kept one. An exact
+        index (faiss ``IndexFlatL2``) returns each query's m = ⌈oversample·k/γ⌉
+        nearest records in distance order; their bits are drawn i.i.d. Bernoulli(γ)
+        here, and the bits of every farther record cannot change the result as long
+        as at least k candidates are kept. Since the bits are independent of the
+        distances, drawing them lazily in distance order has the same joint
+        distribution as drawing all n up front. A query with fewer than k kept
+        candidates falls back to the full mask, reusing the bits already drawn for
+        its candidates and drawing fresh ones for everyone else, so the output stays
+        exact. Every call draws new bits: screening and argmax still see independent
+        subsamples.
+        """
+        import math
+
+        n = len(pfeats)
+        m = min(n, math.ceil(self.oversample * self.k / self.gamma))
+        index = self._faiss_index(pfeats)
+        out = []
+        for q in qfeats.split(self.chunk):
+            _, cand = index.search(q.contiguous().numpy().astype("float32"), m)
+            cand = torch.from_numpy(cand).long()
+            kept = torch.rand(cand.shape, generator=self.rng) < self.gamma
+            enough = kept.sum(1) >= min(self.k, n)
+            # first k kept candidates, in distance order: stable sort puts kept ones first without reordering them
+            order = torch.sort((~kept).to(torch.uint8), dim=1, stable=True).indices[:, : self.k]
+            idx = cand.gather(1, order)
+            valid = kept.gather(1, order)
+            hist = self._histogram(idx, valid)
+            for i in (~enough).nonzero().flatten().tolist():
+                hist[i] = self._votes_fallback(q[i], pfeats, cand[i], kept[i])
+            out.append(hist)
+            self._tick(len(q))
+        return torch.cat(out) if out else torch.zeros(0, self.num_classes)
+
+    def _votes_fallback(self, q: torch.Tensor, pfeats: torch.Tensor, cand: torch.Tensor, cand_kept: torch.Tensor) -> torch.Tensor:
+        mask = self.poisson_mask(1, len(pfeats))[0]
+        mask[cand] = cand_kept  # the bits already drawn stay as drawn
+        d = torch.cdist(q[None], pfeats)[0].masked_fill(~mask, float("inf"))
+        dist, idx = d.topk(min(self.k, len(d)), largest=False)
+        return self._histogram(idx[None], torch.isfinite(dist)[None])[0]
+
+    def _faiss_index(self, pfeats: torch.Tensor):
+        import faiss
+
+        if self._index is None or self._index[0] is not pfeats:
+            index = faiss.IndexFlatL2(pfeats.shape[1])  # exact L2 search (no approximation)
+            index.add(pfeats.contiguous().numpy().astype("float32"))
+            self._index = (pfeats, index)
+        return self._index[1]
+
+    def screen(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
+        counts = self.votes(qfeats, pfeats)
+        noisy_max = counts.max(1).values + torch.randn(len(counts), generator=self.rng) * self.sigma1
+        self.accountant.record("pknn_screening", count=len(counts), k=self.k, num_classes=self.num_classes,
+                               sigma1=self.sigma1, threshold=self.threshold, sampling_rate=self.gamma)
+        return noisy_max >= self.threshold
+
+    def noisy_histogram(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
+        """Votes + N(0, σ2²) on every class: the subsampled Gaussian mechanism the accountant charges.
+
+        The accountant's argmax event is the Gaussian mechanism on the whole histogram (L2 sensitivity √2),
+        so releasing the noisy histogram itself costs exactly what releasing its argmax costs.
+        """
+        counts = self.votes(qfeats, pfeats)  # a new, independent subsample (ALGORITHMS.md §3 step 4)
+        noisy = counts + torch.randn(counts.shape, generator=self.rng) * self.sigma2
+        self.accountant.record("pknn_argmax", count=len(counts), sigma2=self.sigma2, sampling_rate=self.gamma, num_classes=self.num_classes)
+        return noisy
+
+    def answer(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
+        """The noisy argmax label (seed 000)."""
+        return self.noisy_histogram(qfeats, pfeats).argmax(1)
+
+
+def histogram_targets(noisy: torch.Tensor, labels: str, temperature: float, sigma2: float) -> torch.Tensor:
+    """Training targets (m, K) from released noisy histograms (post-processing): one-hot argmax or softmax(h̃ / (t·σ2))."""
+    if labels == "hard":
+        return F.one_hot(noisy.argmax(1), noisy.shape[1]).float()
+    if labels == "soft":
+        return F.softmax(noisy / (temperature * sigma2), dim=1)
+    raise ValueError(f"unknown Private-kNN label mode {labels!r} (hard or soft)")
+
+
+def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, lr: float, minibatch: int,
+                     generator: torch.Generator, flip: bool = True, balance: bool = False) -> None:
+    """Supervised training on DP labels (post-processing). ``balance``: class weights ∝ 1/(count of each label)."""
+    from dpconvert.mechanisms.dpdfd import student_classes
+
+    weight = class_balance_weights(y, student_classes(student)) if balance else None
+    opt = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=5e-4)
+    steps = max(1, epochs * -(-len(x) // minibatch))
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
+    student.train()
+    for _ in range(epochs):
+        for idx in torch.randperm(len(x), generator=generator).split(minibatch):
+            xb = x[idx]
+            if flip:
+                f = torch.rand(len(idx), generator=generator) < 0.5
+                xb = torch.where(f.view(-1, 1, 1, 1), xb.flip(3), xb)
+            shift = torch.randint(-2, 3, (2,), generator=generator).tolist()
+            xb = torch.roll(xb, shifts=shift, dims=(2, 3))
+            loss = F.cross_entropy(student(xb), y[idx], weight=weight)  # y: class indices or (m, K) target distributions
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    student.eval()
+
+
+def class_balance_weights(y: torch.Tensor, num_classes: int, max_weight: float = 5.0) -> torch.Tensor:
+    """Per-class loss weights n / (K · n_c) from the training targets (labels or distributions), capped at ``max_weight``.
+
+    Screening answers the easy classes more often, so the answered set is skewed; the weights undo that skew
+    towards a uniform class prior. They are computed from released labels only (post-processing).
+    """
+    counts = y.float().sum(0) if y.dim() == 2 else torch.bincount(y, minlength=num_classes).float()
+    return (counts.sum() / (num_classes * counts.clamp_min(1.0))).clamp(max=max_weight)
+
+
+def student_features(student: torch.nn.Module) -> Callable:
+    def phi(x):
+        f = student.forward_features(x)
+        return F.normalize(f.flatten(1), dim=1)
+
+    return phi

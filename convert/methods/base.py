@@ -1,0 +1,78 @@
+"""The interface every method implements, and what it hands to the shared export + card step."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Optional
+
+from dpconvert.errors import DpconvertError
+from dpconvert.registry import Registry
+
+NOT_COVERED = [
+    "evaluation numbers computed on private data (the utility block)",
+    "the teacher itself and anything released about it outside this card",
+    "hyper-parameter choices tuned on private data, if any were",
+]
+COVERS_STUDENT = ["the released student model (weights and graph in this file)", "any later use of the student (post-processing)"]
+
+Callback = Optional[Callable[[dict], None]]
+
+
+@dataclass
+class MethodOutput:
+    """A trained student and its card blocks (the method describes itself; the pipeline adds identity and export)."""
+
+    student: object
+    student_name: str
+    probe: object  # public/synthetic inputs for the ONNX parity check
+    guarantee: dict
+    accounting: dict
+    mechanism: dict
+    warnings: list
+    rounds: list
+    audit: Optional[dict] = None  # empirical evidence produced during the run (the canary audit)
+    extra_files: dict = field(default_factory=dict)  # path → bytes, written all-or-nothing with the model and card
+    generator: Optional[object] = None  # DPDFD: the learned generator (Private-kNN's in-run query generator uses it)
+
+
+class Method(ABC):
+    """One file per method: its options, its checks, its run, and the card blocks describing what ran."""
+
+    name: ClassVar[str]
+    Options: ClassVar[type]
+    summary: ClassVar[str]  # one line for `--method auto`'s explanation and the docs
+
+    def options(self, values: Optional[dict] = None):
+        """The method's options from keyword values; an unknown name is an error that lists the known ones."""
+        values = dict(values or {})
+        known = {f.name for f in dataclasses.fields(self.Options)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            owners = [m for m in METHODS if unknown[0] in {f.name for f in dataclasses.fields(METHODS.get(m).Options)}]
+            hint = f"it is an option of {' and '.join(owners)}: choose `method` {owners[0]}" if owners else \
+                f"the options of {self.name} are {', '.join('`' + k + '`' for k in sorted(known))}"
+            raise DpconvertError(f"`{unknown[0]}` is not an option of method {self.name!r}; {hint}")
+        return self.Options(**values)
+
+    def check(self, run, opts) -> None:
+        """Checks that combine the run's options with the method's, before anything is loaded."""
+
+    @abstractmethod
+    def run(self, run, opts, teacher, on_plan: Callback = None, on_progress: Callback = None) -> MethodOutput:
+        """Plan (report it through ``on_plan`` before any private data is touched), run the mechanism, describe it."""
+
+
+METHODS: Registry[Method] = Registry("method")
+
+
+def register(cls):
+    METHODS.register(cls.name)(cls())
+    return cls
+
+
+def card_number(v: float):
+    """JSON has no infinity: ε = ∞ (no noise) is written as the string "inf"."""
+    return "inf" if isinstance(v, float) and math.isinf(v) else v

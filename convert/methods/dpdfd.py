@@ -1,0 +1,266 @@
+"""DPDFD, data-free distillation with noisy releases ("Differentially Private Data-Free Distillation", Algorithm 1).
+
+Query-level DP: synthetic (or public) inputs, teacher answers turned into per-row normalised output gradients with
+Gaussian noise (``mechanisms/gaussian_release.py``), the student trained on those releases only
+(``mechanisms/dpdfd.py``). This module holds the method's options and defaults, the privacy plan, and the card blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from dpconvert.errors import DpconvertError
+
+from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, card_number, register
+
+log = logging.getLogger("dpconvert")
+
+DEFAULT_DISTILL_LOSS = "logits"  # chosen by benchmark (benchmarks/RESULTS.md)
+RELEASE_ROWS_DEFAULT = 2048  # the student's minibatch over released rows
+
+
+@dataclass
+class DpdfdOptions:
+    releases: int = 1  # T: noisy releases (ε depends on σ and T only)
+    batch_size: Optional[int] = None  # B: rows per release (free for the query-level ε); default from the input size
+    clip: float = 1.0  # C: row norm of the normalised output gradients
+    epochs: Optional[int] = None  # student passes over the released pairs after each release; default from the input size
+    distill_loss: str = DEFAULT_DISTILL_LOSS  # L_T: logits (centred logit matching), ce (the paper's), kd
+    generator: Optional[str] = None  # a learned generator mixed with the prior (e.g. dafl)
+    prior: Optional[str] = None  # the data-free query prior (generators.PRIORS); default from the input size
+    prior_pool: int = 10  # later releases pick a class-balanced selection out of pool × B prior samples
+    save_generator: Optional[str] = None  # FILE.safetensors: the learned generator and what it cost
+    engine: dict = field(default_factory=dict)  # research: any other DpdfdConfig field (checked against it)
+
+    def __post_init__(self) -> None:
+        if self.releases < 1:
+            raise DpconvertError("`releases` must be >= 1")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise DpconvertError("`batch_size` must be >= 1")
+        if not self.clip > 0:
+            raise DpconvertError("`clip` must be > 0")
+        if self.epochs is not None and self.epochs < 1:
+            raise DpconvertError("`epochs` must be >= 1")
+        if self.prior_pool < 1:
+            raise DpconvertError("`prior_pool` must be >= 1")
+
+
+def default_batch_size(spec) -> int:
+    """Rows per release: ε does not depend on it; the student's signal-to-noise grows with √B.
+
+    Sized so a conversion fits a few minutes on 2 CPU cores (benchmarks/RESULTS.md).
+    """
+    pixels = spec.channels * spec.height * spec.width
+    if pixels <= 256:
+        return 300_000
+    if pixels <= 1024:
+        return 100_000
+    return 32_768
+
+
+def default_epochs(spec) -> int:
+    """Student passes over the released pairs: 8 on 28×28 beat 4 with the cosine schedule (benchmarks/RESULTS.md)."""
+    return 6 if spec.channels * spec.height * spec.width <= 256 else 8
+
+
+def check_prior_name(name: str) -> str:
+    from dpconvert.generators import PRIORS
+
+    if name not in PRIORS:
+        raise DpconvertError(f"unknown `prior` {name!r}; choose one of: {', '.join(PRIORS)}")
+    return name
+
+
+def check_generator_path(path: str, out: Optional[Path], has_generator: bool) -> None:
+    p = Path(path)
+    if not has_generator:
+        raise DpconvertError("`save_generator` needs a learned generator: add `generator` dafl (the default prior is data-independent; "
+                             "Private-kNN can use it directly with `query_generator` prior)")
+    if p.suffix != ".safetensors":
+        raise DpconvertError(f"`save_generator` must end in .safetensors, got {p.name!r}")
+    if not p.parent.exists():
+        raise DpconvertError(f"the folder {p.parent} does not exist; create it or choose another `save_generator` path")
+    if out is not None and p.resolve() == Path(out).resolve():
+        raise DpconvertError("`save_generator` and the output model must be different files")
+
+
+def distinct_answers_warning(delta: float, answers: int) -> Optional[str]:
+    """δ is the chance the guarantee fails outright; with more protected answers than 1/δ it is weak."""
+    if delta * answers <= 1:
+        return None
+    return (f"δ={delta:g} is larger than 1/(B·T) = 1/{answers} for the {answers} protected teacher answers; "
+            f"use --delta {10.0 ** -math.ceil(math.log10(answers)):g} or smaller")
+
+
+@register
+class Dpdfd(Method):
+    name = "dpdfd"
+    Options = DpdfdOptions
+    summary = "data-free DPDFD (query-level)"
+
+    def check(self, run, opts: DpdfdOptions, out: Optional[Path] = None) -> None:
+        if run.public_data and opts.prior:
+            raise DpconvertError("`prior` picks the data-free query prior and `public_data` replaces it: drop one of them")
+        if opts.prior:
+            check_prior_name(opts.prior)
+        if opts.save_generator:
+            check_generator_path(opts.save_generator, out, opts.generator is not None)
+        from dpconvert.mechanisms.dpdfd import DISTILL_LOSSES, DpdfdConfig
+
+        DISTILL_LOSSES.get(opts.engine.get("distill_loss", opts.distill_loss))  # one-line error naming the choices
+        unknown = sorted(set(opts.engine) - set(DpdfdConfig.__dataclass_fields__))
+        if unknown:
+            raise DpconvertError(f"unknown DPDFD engine setting {unknown[0]!r}")
+
+    def plan(self, run, opts: DpdfdOptions, spec) -> dict:
+        from dpconvert.accounting.planning import plan_dpdfd
+
+        plan = plan_dpdfd(eps=run.eps, delta=run.delta, steps=opts.releases, batch_size=opts.batch_size or default_batch_size(spec),
+                          noise_multiplier=run.noise_multiplier)
+        plan["student_epochs"] = opts.epochs or default_epochs(spec)
+        return plan
+
+    def run(self, run, opts: DpdfdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
+        import torch
+
+        from dpconvert.accounting import DpdfdAccountant
+        from dpconvert.mechanisms.dpdfd import Dpdfd as Engine
+        from dpconvert.mechanisms.noise import SEEDED_WARNING, mechanism_rng
+        from dpconvert.mechanisms.teacher_checks import PROBE_SIZE, check_teacher
+
+        self.check(run, opts)
+        spec = teacher.spec
+        plan = self.plan(run, opts, spec)
+        warnings = self._warnings(run, plan)
+        if on_plan:
+            on_plan(plan)
+        torch.manual_seed(run.seed)
+        student, student_name, prior, source, generator = self._models(run, opts, spec)
+        cfg = self._engine_config(run, opts, plan, generator)
+        accountant = DpdfdAccountant()
+        noise_rng, noise_info = mechanism_rng(cfg.seed, seeded=run.seeded_noise)
+        if run.seeded_noise:
+            warnings.append(SEEDED_WARNING)
+        job = Engine(teacher, student, generator, cfg, accountant, device=run.device, prior=prior, noise_rng=noise_rng)
+        check_teacher(teacher, job.probe_inputs(PROBE_SIZE))  # row independence and finite answers, before any release
+        if on_progress:
+            job.attach_holdout()
+        rounds: list = []
+        job.run(rounds.append, on_progress=_with_epsilon(on_progress, accountant, run.delta))
+        if job.mechanism.zeroed_rows:  # console only: how many answers were non-finite depends on the teacher
+            log.warning("note (console only): %d teacher answers were not finite and were released as zero rows (pure noise)",
+                        job.mechanism.zeroed_rows)
+        eps_spent = self._check_spent(accountant, plan, run, opts)
+        mechanism = self._mechanism_block(run, opts, plan, cfg, noise_info, source, generator)
+        extra = {}
+        if opts.save_generator:
+            from dpconvert.generators.saved import generator_bytes
+
+            cost = generator_cost(accountant, teacher, eps_spent, run.delta, mechanism)
+            extra[opts.save_generator] = generator_bytes(generator, opts.generator, spec, cost)
+        return MethodOutput(
+            student=student, student_name=student_name, probe=job.synthesise(run.parity_inputs), rounds=rounds, warnings=warnings,
+            extra_files=extra, generator=generator, mechanism=mechanism,
+            guarantee=self._guarantee(run, plan), accounting=self._accounting(run, plan, accountant))
+
+    # ------------------------------------------------------------ pieces of run
+    def _warnings(self, run, plan) -> list:
+        warnings = []
+        if plan["sigma"] == 0:
+            warnings.append("noise multiplier 0: this student is NOT differentially private (ε = ∞); for comparison only")
+        w = distinct_answers_warning(run.delta, plan["batch_size"] * plan["steps"])
+        if w:
+            warnings.append(w)
+        return warnings
+
+    def _models(self, run, opts: DpdfdOptions, spec):
+        """(student, its name, query prior, query-source description, learned generator or None)."""
+        from dpconvert.generators import PRIORS, create_generator, default_prior_name
+        from dpconvert.students import create_student, default_student_name
+
+        student_name = run.student or default_student_name(spec)
+        student = create_student(student_name, spec)
+        if run.public_data:  # explicit, labelled option: queries from public images instead of the random-field prior
+            from dpconvert.generators.public_images import PublicImageSource
+            from dpconvert.io.data import load_data
+
+            public = load_data(run.public_data, spec, pixel_range=run.pixel_range)
+            if len(public) == 0:
+                raise DpconvertError(f"{run.public_data}: the public set is empty; give public images or drop `public_data`")
+            prior = PublicImageSource(public.x)
+            source = f"public images {run.public_data} ({len(public)}, unlabelled; shift/flip/mixup augmentation) — not data-free"
+        else:
+            name = opts.prior or default_prior_name(spec)
+            prior, source = create_generator(name, spec), PRIORS[name]
+        generator = create_generator(opts.generator, spec) if opts.generator else None
+        return student, student_name, prior, source, generator
+
+    def _engine_config(self, run, opts: DpdfdOptions, plan: dict, generator):
+        from dpconvert.mechanisms.dpdfd import DpdfdConfig
+
+        settings = dict(releases=opts.releases, batch_size=plan["batch_size"], sigma=plan["sigma"], clip=opts.clip,
+                        prior_pool=opts.prior_pool, student_epochs=plan["student_epochs"], seed=run.seed,
+                        distill_loss=opts.distill_loss, prior_fraction=1.0 if generator is None else 0.5,
+                        minibatch=RELEASE_ROWS_DEFAULT, student_lr=2e-3, lr_schedule="cosine", logit_adjust=True)
+        return DpdfdConfig(**{**settings, **opts.engine})
+
+    def _check_spent(self, accountant, plan: dict, run, opts: DpdfdOptions) -> float:
+        """The accountant, fed by the mechanism that drew the noise, must agree with the plan."""
+        eps_spent = accountant.epsilon(delta=run.delta)
+        if accountant.count("normalised_gaussian_release") != opts.releases or not math.isclose(eps_spent, plan["epsilon"], rel_tol=1e-9, abs_tol=1e-12):
+            raise DpconvertError(f"internal error: the mechanism spent ε={eps_spent} but the plan said ε={plan['epsilon']}; nothing was written")
+        if run.eps is not None and eps_spent > run.eps:
+            raise DpconvertError(f"internal error: ε spent {eps_spent} exceeds the target {run.eps}; nothing was written")
+        return eps_spent
+
+    def _guarantee(self, run, plan: dict) -> dict:
+        return {
+            "epsilon": card_number(plan["epsilon"]), "delta": run.delta, "scope": "query", "adjacency": plan["adjacency"],
+            "record_level_epsilon": card_number(plan["record_level_epsilon"]), "replace_one_epsilon": card_number(plan["replace_one_epsilon"]),
+            "covers": list(COVERS_STUDENT),
+            "not_covered": NOT_COVERED + (["the public query images (assumed public; not protected)"] if run.public_data else []),
+        }
+
+    def _accounting(self, run, plan: dict, accountant) -> dict:
+        from dpconvert.accounting import library_versions
+
+        return {
+            "accountant": accountant.name,
+            "epsilons": {k: card_number(v) for k, v in accountant.epsilons(delta=run.delta).items() if k != "epsilon"},
+            "cross_check": {k: card_number(v) for k, v in (accountant.cross_check(delta=run.delta) if plan["sigma"] > 0 else {}).items()},
+            "libraries": library_versions(),
+            "calibrated": plan["calibrated"],
+            "target_epsilon": run.eps if plan["calibrated"] else None,
+            "state": accountant.state_dict(),
+        }
+
+    def _mechanism_block(self, run, opts: DpdfdOptions, plan: dict, cfg, noise_info: dict, source: str, generator) -> dict:
+        return {
+            "method": "dpdfd",
+            "sigma": plan["sigma"], "clip": opts.clip, "batch_size": plan["batch_size"], "releases": opts.releases,
+            "distill_loss": cfg.distill_loss, **noise_info,
+            "distinct_inputs": True,  # Dpdfd.distinct_queries: no input twice in a release (the auditor checks for it)
+            "query_source": source + (f" + {opts.generator} generator" if generator is not None else "")
+                            + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
+            "config": cfg.to_dict(),
+        }
+
+
+def _with_epsilon(on_progress, accountant, delta: float):
+    """Progress events carry the ε spent so far, computed here (the CLI only prints it)."""
+    if on_progress is None:
+        return None
+    return lambda info: on_progress({**info, "epsilon": accountant.epsilon(delta=delta)})
+
+
+def generator_cost(accountant, teacher, epsilon: float, delta: float, mechanism: dict):
+    """What a DPDFD-trained generator cost: the run's events, its teacher, and the mechanism facts its ε rests on."""
+    from dpconvert.generators.saved import COST_MECHANISM_KEYS, GeneratorCost
+
+    return GeneratorCost(accountant.state_dict(), "query", teacher.sha256, epsilon, delta, {k: mechanism[k] for k in COST_MECHANISM_KEYS})
+
+

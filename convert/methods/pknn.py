@@ -1,0 +1,329 @@
+"""Private-kNN ("Private-kNN: Practical Differential Privacy for Computer Vision"): record-level labels for queries.
+
+Each query is labelled by the k nearest neighbours of a fresh Poisson subsample of the private set, with noisy
+screening and a noisy argmax (``mechanisms/private_knn.py``: the only place the subsamples and the noise are
+drawn). The queries come from a query source (``query_sources.py``); the student learns from the answered ones, and
+its features become the next round's kNN space. This module holds the options, the budget, the rounds and the
+card blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from dpconvert.errors import DpconvertError
+
+from .base import NOT_COVERED, Method, MethodOutput, register
+from .dpdfd import DpdfdOptions, check_generator_path
+from .query_sources import GENERATOR_QUERIES, generator_share, load_queries, source_name
+
+log = logging.getLogger("dpconvert")
+
+LABELS = ("soft", "hard")
+ROUND_FEATURES = ("student", "student+first")
+KNN = ("auto", "exact", "faiss")
+KNN_SEARCH = "exact k nearest kept records under a fresh per-query Poisson mask (torch, or faiss for large private sets: the same votes)"
+CANARY_SEED_OFFSET = 2
+
+
+@dataclass
+class PknnOptions:
+    k: int = 300
+    sampling_rate: float = 0.1  # γ: each private record is kept independently with this probability, per query
+    sigma1: float = 50.0  # screening noise
+    # T_thr = threshold_ratio·k unless given. The paper uses 0.6; with σ1=50 and soft labels 0.4 answers more queries and
+    # gives the better student on Fashion-MNIST (benchmarks/RESULTS.md).
+    threshold: Optional[float] = None
+    threshold_ratio: float = 0.4
+    sigma2: Optional[float] = None  # argmax noise; calibrated to ε when None
+    rounds: int = 2
+    queries: Optional[int] = None  # queries over all rounds (default: every public image, or 5000 from a generator/prior)
+    features: str = "hog_pca"  # first-round φ: hog_pca, hog, or timm:NAME[@FILE] (a public pretrained backbone)
+    epochs: int = 40  # student epochs per round
+    student_lr: float = 2e-3
+    minibatch: int = 128
+    chunk: int = 256  # queries per distance block (memory bound: chunk × n floats)
+    knn: str = "auto"  # exact (torch, full Poisson mask), faiss (optional extra, for ≥1M records), auto
+    # Student targets from the released noisy vote histogram: "hard" = its argmax (the paper), "soft" = softmax(h̃ / (t·σ2))
+    # with t = label_temperature. The Gaussian argmax is post-processing of the noisy histogram, so both cost the same ε.
+    labels: str = "soft"
+    label_temperature: float = 1.0
+    # φ after round 1: the student's features beside the first map (weight 0.5 on the student's part), or alone
+    round_features: str = "student+first"
+    round_features_weight: float = 0.5
+    balance: bool = True  # class-balanced loss over the answered labels
+    canaries: int = 0  # one-run canary audit with this many canaries (auditing/canaries.py)
+    query_generator: Optional[str] = None  # FILE (saved with save_generator), "prior" or "train"; without public_data
+    generator_eps: Optional[float] = None  # `query_generator` train: the generator's share of ε (default half)
+    generator_run: DpdfdOptions = field(default_factory=DpdfdOptions)  # `query_generator` train: its DPDFD options
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.k >= 1, "`k` must be >= 1"), (0 < self.sampling_rate <= 1, "`sampling_rate` (γ) must be in (0, 1]"),
+            (self.sigma1 > 0, "`sigma1` must be > 0"), (self.sigma2 is None or self.sigma2 > 0, "`sigma2` must be > 0"),
+            (self.rounds >= 1, "`rounds` must be >= 1"), (self.queries is None or self.queries >= 1, "`queries` must be >= 1"),
+            (self.epochs >= 1, "`epochs` must be >= 1"), (self.labels in LABELS, f"`labels` must be soft or hard, got {self.labels!r}"),
+            (self.label_temperature > 0, "`label_temperature` must be > 0"),
+            (self.round_features in ROUND_FEATURES, f"`round_features` must be {' or '.join(ROUND_FEATURES)}, got {self.round_features!r}"),
+            (self.knn in KNN, f"`knn` must be auto, exact or faiss, got {self.knn!r}"),
+            (self.canaries == 0 or self.canaries >= 2, "`canaries` needs at least 2 canaries"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise DpconvertError(message)
+
+    @property
+    def threshold_value(self) -> float:
+        return self.threshold if self.threshold is not None else self.threshold_ratio * self.k
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        del d["generator_run"]  # its DPDFD run describes itself in the card's query_generator block
+        return d
+
+
+@register
+class PrivateKnn(Method):
+    name = "pknn"
+    Options = PknnOptions
+    summary = "record-level Private-kNN"
+
+    def options(self, values=None):
+        """Options of the in-run generator's DPDFD (`releases`, `batch_size`, `generator`, `prior`, …) go to ``generator_run``."""
+        values = dict(values or {})
+        own = set(PknnOptions.__dataclass_fields__)
+        dpdfd = {k: values.pop(k) for k in list(values) if k not in own and k in DpdfdOptions.__dataclass_fields__}
+        if dpdfd:
+            values["generator_run"] = DpdfdOptions(**{**asdict(values.get("generator_run") or DpdfdOptions()), **dpdfd})
+        return super().options(values)
+
+    def check(self, run, opts: PknnOptions, out=None) -> None:
+        """The query flags, before the private data (or minutes of DPDFD) are touched."""
+        g, default = opts.generator_run, DpdfdOptions()
+        if not run.private_data:
+            raise DpconvertError("Private-kNN needs the private training data: give `private_data` PATH (labelled)")
+        if run.noise_multiplier is not None:
+            raise DpconvertError("`noise_multiplier` is DPDFD's σ; Private-kNN calibrates σ2 to `eps` (or give `sigma2`)")
+        if run.public_data and opts.query_generator:
+            raise DpconvertError("give one query source: `public_data` PATH or `query_generator` (FILE, prior or train), not both")
+        source = source_name(run, opts)
+        if g.prior and source not in ("prior", "train"):
+            raise DpconvertError("`prior` picks the data-free query prior: with Private-kNN use it with `query_generator` prior or train")
+        if g.prior:
+            from .dpdfd import check_prior_name
+
+            check_prior_name(g.prior)
+        if g.distill_loss != default.distill_loss and source != "train":
+            raise DpconvertError("`distill_loss` is DPDFD's; with Private-kNN it applies only to `query_generator` train")
+        if opts.generator_eps is not None and source != "train":
+            raise DpconvertError("`generator_eps` is the in-run generator's share of `eps`; use it with `query_generator` train")
+        if source == "train" and not 0 < generator_share(run, opts) < run.eps:
+            raise DpconvertError(f"`generator_eps` must be between 0 and `eps` {run.eps:g} (the rest labels the queries), "
+                                 f"got {generator_share(run, opts):g}")
+        if g.save_generator and source != "train":
+            raise DpconvertError("with Private-kNN, `save_generator` saves the generator trained in this run: add `query_generator` train")
+        if g.save_generator:
+            check_generator_path(g.save_generator, out, True)
+
+    def label_plan(self, opts: PknnOptions, num_classes: int, eps: float, delta: float, queries: int) -> dict:
+        from dpconvert.accounting.planning import plan_pknn
+
+        return plan_pknn(eps=eps, delta=delta, k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1, threshold=opts.threshold_value,
+                         sigma2=opts.sigma2, num_classes=num_classes, queries=queries, answered=queries)
+
+    def run(self, run, opts: PknnOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
+        import torch
+
+        from dpconvert.io.data import load_data
+        from dpconvert.mechanisms.noise import SEEDED_WARNING, mechanism_rng
+        from dpconvert.mechanisms.private_knn import PknnMechanism, resolve_knn
+
+        self.check(run, opts)
+        spec = teacher.spec
+        private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
+        _local_notes(len(private), opts, run.delta)  # n may reach the operator's console, never the card or an abort
+        if source_name(run, opts) == "train":  # fail before minutes of DPDFD if what the generator leaves cannot pay for the labels
+            self.label_plan(opts, spec.num_classes, run.eps - generator_share(run, opts), run.delta / 2, opts.queries or GENERATOR_QUERIES)
+        source = load_queries(run, opts, teacher, on_progress)
+        total_q = min(opts.queries or len(source.x), len(source.x))
+        if total_q < opts.rounds:
+            raise DpconvertError(f"only {total_q} queries for {opts.rounds} rounds; give more `queries` or fewer `rounds`")
+        accountant, plan = self._budget(run, opts, source, spec.num_classes, total_q)
+        if on_plan:
+            on_plan(plan)
+        torch.manual_seed(run.seed)
+        rng, noise_info = mechanism_rng(run.seed, seeded=run.seeded_noise)  # subsampling and noise (mechanisms/noise.py)
+        warnings = [SEEDED_WARNING] if run.seeded_noise else []
+        train_rng = torch.Generator().manual_seed(run.seed)
+        order = torch.randperm(len(source.x), generator=train_rng)[:total_q]
+        private_x, private_y, canaries = _with_canaries(private, source.x, order, run, opts, spec.num_classes)
+        mech = PknnMechanism(private_y, spec.num_classes, k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1,
+                             threshold=opts.threshold_value, sigma2=plan["sigma2"], accountant=accountant, generator=rng, chunk=opts.chunk,
+                             knn=resolve_knn(opts.knn, len(private_x)))
+        if on_progress:  # vote passes: screening for every query, the argmax for answered ones
+            mech.on_chunk = lambda m: on_progress({"kind": "votes", "queries": m})
+        student, student_name, first_phi, rounds = self._rounds(run, opts, spec, source, order, private_x, mech, train_rng, on_progress)
+        eps_all = accountant.epsilons(delta=run.delta)
+        if eps_all["epsilon"] > run.eps * (1 + 1e-9):
+            raise DpconvertError(f"internal error: Private-kNN spent ε={eps_all['epsilon']} > target {run.eps}; nothing was written")
+        audit = _canary_audit(student, canaries, run.delta, eps_all["epsilon"], warnings)
+        return MethodOutput(student=student, student_name=student_name, probe=source.x[: run.parity_inputs], rounds=rounds, warnings=warnings,
+                            audit=audit, extra_files=source.extra_files, guarantee=self._guarantee(run, source, accountant, eps_all),
+                            accounting=self._accounting(run, source, accountant, eps_all, plan),
+                            mechanism=self._mechanism_block(run, opts, source, accountant, plan, noise_info, first_phi))
+
+    # ------------------------------------------------------------ pieces of run
+    def _budget(self, run, opts: PknnOptions, source, num_classes: int, total_q: int):
+        """(accountant, plan): σ2 fixed before any private data is used, calibrated as if every query were answered
+        (the realised ε, answered queries only, can only be smaller); a generator's cost is composed in at δ/2 each."""
+        from dpconvert.accounting import DpdfdAccountant, GeneratorPknnAccountant, PknnAccountant
+        from dpconvert.accounting.accountant import ADJACENCY_GENERATOR_PKNN
+
+        if source.cost is None:
+            accountant, eps_labels, delta_labels = PknnAccountant(), run.eps, run.delta
+        else:
+            accountant = GeneratorPknnAccountant(events=list(DpdfdAccountant().load_state_dict(source.cost.accountant_state).events))
+            eps_gen = accountant.parts()[0].epsilon(delta=run.delta / 2)
+            if eps_gen >= run.eps:
+                raise DpconvertError(f"the query generator alone costs ε={eps_gen:.3f} at δ/2={run.delta / 2:g}; raise `eps` above it "
+                                     "or use `public_data` / `query_generator` prior")
+            eps_labels, delta_labels = run.eps - eps_gen, run.delta / 2
+        plan = self.label_plan(opts, num_classes, eps_labels, delta_labels, total_q)
+        if opts.sigma2 is not None and plan["epsilon"] > eps_labels:
+            raise DpconvertError(f"`sigma2` {opts.sigma2} gives ε={plan['epsilon']:.3f} > {eps_labels:.3f} if every query is answered; "
+                                 "raise `sigma2` or ask fewer `queries`")
+        if source.cost is not None:  # the plan table shows both parts of the composition
+            eps_gen = run.eps - eps_labels
+            plan["accountants"] = {"query generator, DPDFD at δ/2": eps_gen, **{f"labels, {k} at δ/2": v for k, v in plan["accountants"].items()}}
+            plan.update(epsilon=eps_gen + plan["epsilon"], scope="query", adjacency=ADJACENCY_GENERATOR_PKNN, delta=run.delta)
+        return accountant, plan
+
+    def _rounds(self, run, opts: PknnOptions, spec, source, order, private_x, mech, train_rng, on_progress):
+        """Label each round's queries, retrain the student on everything answered so far, refine φ with it."""
+        import torch
+
+        from dpconvert.mechanisms.features import batched_features, create_features
+        from dpconvert.mechanisms.private_knn import histogram_targets, train_classifier
+        from dpconvert.students import create_student, default_student_name
+
+        phi = first_phi = create_features(opts.features, spec, source.x)
+        student_name = run.student or default_student_name(spec)
+        xs, ys, rounds, student = [], [], [], None
+        for r, idx in enumerate(order.tensor_split(opts.rounds), 1):
+            t0 = time.perf_counter()
+            pfeats = batched_features(phi, private_x)
+            qx = source.x[idx]
+            qfeats = batched_features(phi, qx)
+            answered = mech.screen(qfeats, pfeats)
+            xs.append(qx[answered])
+            ys.append(histogram_targets(mech.noisy_histogram(qfeats[answered], pfeats), opts.labels, opts.label_temperature, mech.sigma2))
+            student = create_student(student_name, spec)
+            train_classifier(student, torch.cat(xs), torch.cat(ys), epochs=opts.epochs, lr=opts.student_lr, minibatch=opts.minibatch,
+                             generator=train_rng, balance=opts.balance)
+            phi = next_round_features(opts, student, first_phi)  # DP by post-processing: trained on public queries + DP labels only
+            info = {"kind": "round", "round": r, "asked": len(idx), "answered": int(answered.sum()), "seconds": time.perf_counter() - t0,
+                    "epsilon": mech.accountant.epsilon(delta=run.delta)}
+            rounds.append(info)
+            if on_progress:
+                on_progress(info)
+        return student, student_name, first_phi, rounds
+
+    def _guarantee(self, run, source, accountant, eps_all) -> dict:
+        from dpconvert.accounting.accountant import ADJACENCY_GENERATOR_PKNN, ADJACENCY_RECORD
+
+        composed = source.cost is not None
+        return {
+            "epsilon": eps_all["epsilon"], "delta": run.delta, "scope": "query" if composed else "record",
+            "adjacency": ADJACENCY_GENERATOR_PKNN if composed else ADJACENCY_RECORD,
+            "record_level_epsilon": accountant.record_level_epsilon(delta=run.delta),
+            "covers": ["the released student model (weights and graph in this file)", "the DP labels of the queries",
+                       "any later use of the student (post-processing)"],
+            "not_covered": NOT_COVERED + [source.not_covered],
+        }
+
+    def _accounting(self, run, source, accountant, eps_all, plan) -> dict:
+        from dpconvert.accounting import library_versions
+
+        composed = source.cost is not None
+        return {
+            "accountant": accountant.name, "epsilons": {k: v for k, v in eps_all.items() if k != "epsilon"}, "libraries": library_versions(),
+            "calibrated": plan["calibrated"], "target_epsilon": run.eps, "state": accountant.state_dict(),
+            "note": "screening charged for every query; noisy argmax (independent Poisson subsample) only for answered queries; "
+                    "σ2 calibrated as if every query were answered"
+                    + ("; the query generator's DPDFD events (replayed from its file, or from this run) composed by basic composition, "
+                       "each part at δ/2" if composed else ""),
+        }
+
+    def _mechanism_block(self, run, opts: PknnOptions, source, accountant, plan, noise_info, first_phi) -> dict:
+        features = (f"{getattr(first_phi, 'description', opts.features)} (round 1), then the previous round's student"
+                    + (f" beside {opts.features} (weight {opts.round_features_weight:g})" if opts.round_features == "student+first" else ""))
+        return {
+            "method": "private-knn", "k": opts.k, "sampling_rate": opts.sampling_rate, "sampling": "Poisson (independent per record, per query, per step)",
+            "sigma1": opts.sigma1, "threshold": opts.threshold_value, "sigma2": plan["sigma2"],
+            "queries_asked": accountant.count("pknn_screening"), "queries_answered": accountant.count("pknn_argmax"),
+            "rounds": opts.rounds, "features": features, "knn_search": KNN_SEARCH, "public_queries": run.public_data,
+            "query_source": source.description, "labels": _label_description(opts), **noise_info, "config": {**opts.to_dict(), "seed": run.seed},
+            **({"query_generator": source.generator_info} if source.cost is not None else {}),
+        }
+
+
+def next_round_features(opts: PknnOptions, student, first_phi):
+    """φ for the next round: the student's features, or (``round_features="student+first"``) them beside the first map."""
+    import torch
+    import torch.nn.functional as F
+
+    from dpconvert.mechanisms.private_knn import student_features
+
+    phi_s = student_features(student)
+    if opts.round_features == "student":
+        return phi_s
+    return lambda x: F.normalize(torch.cat([first_phi(x), opts.round_features_weight * phi_s(x)], 1), dim=1)
+
+
+def _local_notes(n: int, opts: PknnOptions, delta: float) -> None:
+    """Console-only advice that depends on the private-set size n: on the card, or as an abort, n (or anything computed
+    from it: a missing class, k against the expected subsample γ·n, δ against 1/n) would tell neighbouring data sets apart."""
+    if opts.k > opts.sampling_rate * n / 2:
+        log.warning("note (console only): `k` %d is more than half the expected subsample γ·n = %.0f; many votes will come from "
+                    "fewer than k records: lower `k` or raise `sampling_rate`", opts.k, opts.sampling_rate * n)
+    if delta > 1.0 / max(n, 1):
+        log.warning("note (console only): δ=%g is larger than 1/n for this private set; consider `delta` %g", delta, 10 ** -len(str(n)))
+
+
+def _label_description(opts: PknnOptions) -> str:
+    if opts.labels == "soft":
+        return f"soft: softmax(noisy histogram / ({opts.label_temperature:g}·σ2)) — post-processing of the released noisy histogram"
+    return "hard: argmax of the noisy histogram (the paper's)"
+
+
+def _with_canaries(private, public_x, order, run, opts: PknnOptions, num_classes: int):
+    """(x, y, canaries): the private set, plus each canary with probability ½ when `canaries` is given.
+
+    Canaries are extra records: they do not weaken the guarantee of the real ones.
+    """
+    import torch
+
+    if not opts.canaries:
+        return private.x, private.y, None
+    from dpconvert.auditing.canaries import inclusion_bits, make_canaries
+
+    cx, cy = make_canaries(public_x, order, opts.canaries, num_classes, torch.Generator().manual_seed(run.seed + CANARY_SEED_OFFSET))
+    bits = inclusion_bits(opts.canaries)
+    return torch.cat([private.x, cx[bits]]), torch.cat([private.y.long(), cy[bits]]), (cx, cy, bits)
+
+
+def _canary_audit(student, canaries, delta: float, epsilon: float, warnings: list) -> Optional[dict]:
+    """The one-run empirical lower bound; the inclusion bits never leave this function, only the bound does."""
+    if canaries is None:
+        return None
+    from dpconvert.auditing.canaries import audit_scores, canary_scores
+
+    cx, cy, bits = canaries
+    res = audit_scores(canary_scores(student, cx, cy), bits.numpy(), delta=delta)
+    if res.epsilon_lower_bound > epsilon:
+        warnings.append(f"canary audit: empirical ε lower bound {res.epsilon_lower_bound:.3f} exceeds the card's ε {epsilon:.3f} "
+                        "(expected in ≤ 5 % of runs of a correct mechanism); investigate before release")
+    return {"kind": "empirical — evidence, not a DP guarantee", "canary": res.to_dict()}

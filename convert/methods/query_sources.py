@@ -1,0 +1,135 @@
+"""Where Private-kNN's queries come from, and what they cost: a registry of query sources.
+
+``public`` (unlabelled public images: free), ``prior`` (the data-independent random-field prior: free),
+``saved`` (a generator saved by a DPDFD run: its DPDFD events are composed into the card), ``train`` (DPDFD trains
+a generator in this run at a share of ε: the same). A source whose ``cost`` is None is independent of all private
+data, so the record-level guarantee of the labels stands alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Optional
+
+from dpconvert.errors import DpconvertError
+from dpconvert.registry import Registry
+
+GENERATOR_QUERIES = 5000  # queries drawn from a generator or the prior when `queries` is not given
+PKNN_PRIOR = "random_fields"  # `query_generator` prior without `prior` (the prior its benchmarks used)
+IN_RUN_GENERATOR = "dafl"  # `query_generator` train without `generator`
+IN_RUN_MIN_RELEASES = 2  # the generator learns between releases: one release would leave it untrained
+IN_RUN_SEED_OFFSET = 1000  # with seeded noise, the generator's DPDFD stream must not replay Private-kNN's
+QUERY_SEED_OFFSET = 3
+
+
+@dataclass
+class QuerySource:
+    """Query images and what they cost (``cost`` is None when they are independent of all private data)."""
+
+    x: object
+    description: str
+    not_covered: str
+    cost: Optional[object] = None  # GeneratorCost of a DPDFD-trained generator
+    generator_info: Optional[dict] = None
+    extra_files: dict = field(default_factory=dict)  # the in-run generator, when `save_generator` asks for it
+
+
+QUERY_SOURCES: Registry[Callable[..., QuerySource]] = Registry("query source")
+
+
+def source_name(run, opts) -> str:
+    """Which source the options ask for (checked by ``PrivateKnn.check`` before anything is loaded)."""
+    if run.public_data:
+        return "public"
+    if not opts.query_generator:
+        raise DpconvertError("Private-kNN needs queries: give `public_data` PATH (unlabelled public images), or `query_generator` "
+                             "FILE (saved with `save_generator`), prior or train")
+    return opts.query_generator if opts.query_generator in ("prior", "train") else "saved"
+
+
+def generator_share(run, opts) -> float:
+    """The in-run generator's part of ε (at δ/2): `generator_eps`, or half."""
+    return opts.generator_eps if opts.generator_eps is not None else run.eps / 2
+
+
+def load_queries(run, opts, teacher, on_progress=None) -> QuerySource:
+    import torch
+
+    name = source_name(run, opts)
+    rng = torch.Generator().manual_seed(run.seed + QUERY_SEED_OFFSET)
+    return QUERY_SOURCES.get(name)(run, opts, teacher, opts.queries or GENERATOR_QUERIES, rng, on_progress)
+
+
+@QUERY_SOURCES.register("public")
+def _public(run, opts, teacher, n, rng, on_progress) -> QuerySource:
+    from dpconvert.io.data import load_data
+
+    public = load_data(run.public_data, teacher.spec, pixel_range=run.pixel_range)
+    if len(public) == 0:
+        raise DpconvertError(f"{run.public_data}: the public set is empty; give public images to label")
+    return QuerySource(public.x, f"public images {run.public_data} ({len(public)}, unlabelled)", "the public query set itself (assumed public)")
+
+
+@QUERY_SOURCES.register("prior")
+def _prior(run, opts, teacher, n, rng, on_progress) -> QuerySource:
+    from dpconvert.generators import PRIORS, create_generator
+    from dpconvert.generators.saved import sample_queries
+
+    name = opts.generator_run.prior or PKNN_PRIOR
+    prior = create_generator(name, teacher.spec)
+    return QuerySource(sample_queries(prior, n, teacher.spec.num_classes, rng), f"{PRIORS[name]} ({n} samples; data-independent)",
+                       "nothing beyond the above: the queries are data-independent")
+
+
+@QUERY_SOURCES.register("saved")
+def _saved(run, opts, teacher, n, rng, on_progress) -> QuerySource:
+    from dpconvert.generators.saved import load_saved_generator, sample_queries
+    from dpconvert.io.hashing import file_sha256
+
+    path, spec = opts.query_generator, teacher.spec
+    saved = load_saved_generator(path)
+    if (saved.spec.shape, saved.spec.num_classes) != (spec.shape, spec.num_classes):
+        raise DpconvertError(f"{path}: the generator makes {saved.spec.shape} inputs for {saved.spec.num_classes} classes, "
+                             f"the teacher takes {spec.shape} and {spec.num_classes}; save a generator for this teacher")
+    if not saved.cost.mechanism:
+        raise DpconvertError(f"{path}: saved by an older dpconvert without its mechanism facts; save it again with `save_generator`")
+    if saved.cost.teacher_sha256 != teacher.sha256 or teacher.sha256 is None:
+        raise DpconvertError(f"{path}: the generator was trained against another teacher (sha256 "
+                             f"{str(saved.cost.teacher_sha256)[:12]}…, this one {str(teacher.sha256)[:12]}…) or the teacher has no file hash; "
+                             "its cost only covers that teacher's answers: save a generator trained with this teacher")
+    info = {"file": Path(path).name, "file_sha256": file_sha256(path), "architecture": saved.name,
+            "teacher_sha256": saved.cost.teacher_sha256, "dpdfd_epsilon_at_its_delta": saved.cost.card_epsilon,
+            "its_delta": saved.cost.card_delta, "samples": n, "dpdfd": dict(saved.cost.mechanism)}
+    return QuerySource(sample_queries(saved.generator, n, spec.num_classes, rng), f"DPDFD generator {Path(path).name} ({saved.name}; {n} samples)",
+                       "the teacher beyond the generator's query-level DPDFD guarantee (see record_level_epsilon)",
+                       cost=saved.cost, generator_info=info)
+
+
+@QUERY_SOURCES.register("train")
+def _train(run, opts, teacher, n, rng, on_progress) -> QuerySource:
+    """DPDFD in this run, calibrated to the generator's share of ε at δ/2; its generator then makes the queries.
+
+    The generator is post-processing of DPDFD's noisy releases (it is trained against the student only), so its
+    cost is exactly that run's accountant events, composed into the card like a saved generator's.
+    """
+    from dpconvert.generators.saved import COST_MECHANISM_KEYS, GeneratorCost, sample_queries
+
+    from .base import METHODS
+
+    share = generator_share(run, opts)
+    g = opts.generator_run
+    name = g.generator or IN_RUN_GENERATOR
+    sub_run = replace(run, seed=run.seed + IN_RUN_SEED_OFFSET, method="dpdfd", eps=share, delta=run.delta / 2, noise_multiplier=None,
+                      public_data=None, private_data=None)
+    sub_opts = replace(g, generator=name, releases=max(g.releases, IN_RUN_MIN_RELEASES))
+    relay = (lambda info: on_progress({**info, "kind": "query_generator", "stage": info["kind"], "epsilon_share": share})) if on_progress else None
+    dpdfd = METHODS.get("dpdfd").run(sub_run, sub_opts, teacher, None, relay)
+    cost = GeneratorCost(dpdfd.accounting["state"], "query", teacher.sha256, dpdfd.guarantee["epsilon"], sub_run.delta,
+                         {k: dpdfd.mechanism[k] for k in COST_MECHANISM_KEYS})
+    info = {"file": None, "trained_in_this_run": True, "architecture": name, "teacher_sha256": teacher.sha256,
+            "dpdfd_epsilon_at_its_delta": cost.card_epsilon, "its_delta": cost.card_delta, "samples": n, "dpdfd": dict(cost.mechanism)}
+    return QuerySource(sample_queries(dpdfd.generator.eval(), n, teacher.spec.num_classes, rng),
+                       f"DPDFD generator trained in this run ({name}; ε share {share:g} at δ/2; {n} samples)",
+                       "the teacher beyond the generator's query-level DPDFD guarantee (see record_level_epsilon)",
+                       cost=cost, generator_info=info, extra_files=dpdfd.extra_files)  # `save_generator`: written by the DPDFD run

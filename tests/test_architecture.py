@@ -1,0 +1,139 @@
+"""The shape of the code: no import cycles, short orchestration functions, a CLI with grouped help, a Python API."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"dpconvert": ROOT / "convert", "dpconvert.generators": ROOT / "generators", "dpconvert.students": ROOT / "students",
+            "dpconvert.zoo_cards": ROOT / "zoo_cards"}
+ORCHESTRATION = ["convert/pipeline.py", "convert/api.py", "convert/methods", "convert/cli/app.py"]
+MAX_FUNCTION_LINES = 80
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for base, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("").parts
+            if rel[0] in ("generators", "students", "zoo_cards") and base == "dpconvert":
+                continue  # (the folders are separate packages; nothing of theirs lives under convert/)
+            parts = list(rel[:-1]) if rel[-1] == "__init__" else list(rel)
+            mods[".".join([base, *parts])] = path
+    return mods
+
+
+def _imports(name: str, path: Path, known: set) -> set:
+    """Every module this one imports, at module level or inside functions (lazy imports are dependencies too)."""
+    is_pkg = path.name == "__init__.py"
+    package = name if is_pkg else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            subs = [f"{mod}.{a.name}" for a in node.names]
+            targets = [s for s in subs if s in known] or [mod]  # `from pkg import module` depends on that module only
+        else:
+            continue
+        out |= {t for t in targets if t in known and t != name}
+    return out
+
+
+def test_no_import_cycles():
+    mods = _modules()
+    graph = {m: _imports(m, p, set(mods)) for m, p in mods.items()}
+    # Tarjan's strongly connected components
+    index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            sccs.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    cycles = [sorted(c) for c in sccs if len(c) > 1]
+    assert cycles == [], cycles
+
+
+def test_orchestration_functions_are_short():
+    long = []
+    for entry in ORCHESTRATION:
+        paths = sorted((ROOT / entry).rglob("*.py")) if (ROOT / entry).is_dir() else [ROOT / entry]
+        for path in paths:
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > MAX_FUNCTION_LINES and not _is_cli_signature(node):
+                        long.append(f"{path.relative_to(ROOT)}:{node.name} ({lines} lines)")
+    assert long == []
+
+
+def _is_cli_signature(node) -> bool:
+    """A Typer command's body is short; its options (one line each) are declarations, not logic."""
+    body = node.body[-1].end_lineno - node.body[0].lineno + 1
+    return body <= MAX_FUNCTION_LINES and any(isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "command" for d in node.decorator_list)
+
+
+def test_convert_help_shows_grouped_panels(cli):
+    code, out, _ = cli("convert", "--help")
+    assert code == 0
+    for panel in ("Teacher", "Privacy", "DPDFD", "Private-kNN", "Data", "Output"):
+        assert panel in out
+
+
+def test_every_cli_option_has_help():
+    from typer.main import get_command
+
+    from dpconvert.cli import app
+
+    def walk(cmd, path):
+        for p in getattr(cmd, "params", []):
+            if p.param_type_name == "option" and not getattr(p, "hidden", False):
+                assert p.help, f"{path} {p.opts}"
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(get_command(app), "dpconvert")
+
+
+def test_python_api(tmp_path):
+    import dpconvert
+
+    r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", eps=1, batch_size=20000, epochs=1)
+    assert r.out.exists() and r.card.epsilon <= 1 and r.method == "dpdfd"
+    r = dpconvert.convert("builtin:digits", out=tmp_path / "n.onnx", noise_multiplier=5, batch_size=2000, epochs=1)
+    assert r.card.data["accounting"]["calibrated"] is False and r.card.epsilon == pytest.approx(dpconvert.plan("dpdfd", noise_multiplier=5)["epsilon"])
+    with pytest.raises(dpconvert.DpconvertError, match="`eps`.*`noise_multiplier`"):
+        dpconvert.convert("builtin:digits", out=tmp_path / "x.onnx", eps=1, noise_multiplier=5)
+    with pytest.raises(dpconvert.DpconvertError, match="`canaries` is not an option of method 'dpdfd'"):
+        dpconvert.convert("builtin:digits", out=tmp_path / "x.onnx", canaries=10)
+    assert [m.passed for m in dpconvert.audit(tmp_path)] == [True, True]
+    assert not (tmp_path / "x.onnx").exists()
