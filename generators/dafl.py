@@ -1,4 +1,4 @@
-"""DAFL-style generator (Chen et al. 2019), as fixed in ALGORITHMS.md §2.
+"""DAFL-style generator (Chen et al. 2019, "Data-Free Learning of Student Networks"), sized as docs/methods.md says.
 
 Linear → BN → up×2 → conv3 → BN → LReLU → up×2 → conv3 → BN → LReLU → conv3 → tanh,
 then mapped to the classifier's normalised input space. With ``conditional``

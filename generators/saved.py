@@ -6,7 +6,7 @@ generator is trained only against the student, i.e. it is post-processing of
 the noisy releases, so its privacy cost is exactly that run's DPDFD accountant
 (query-level; the record-level worst case follows from the same events). The
 events travel with the weights so that a later Private-kNN run can compose
-them into its own card (ALGORITHMS.md §1, §3) and ``audit`` can recompute both.
+them into its own card (docs/privacy.md) and ``audit`` can recompute both.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from dpconvert.errors import DpconvertError
 
 
 def test_reference_figures_from_algorithms_md():
-    # ALGORITHMS.md §1: σ=100, B=256, T=720, δ=1e-5 → query ε = 1.00, record-level ≈ 72.7
+    # orientation figures: σ=100, B=256, T=720, δ=1e-5 → query ε = 1.00, record-level ≈ 72.7
     assert dpdfd.epsilon(sigma=100.0, steps=720, delta=1e-5) == pytest.approx(1.0011, abs=5e-4)
     assert dpdfd.epsilon(sigma=100.0, steps=720, delta=1e-5, batch_size=256, scope="record") == pytest.approx(72.7, abs=0.1)
 

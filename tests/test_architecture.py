@@ -137,3 +137,12 @@ def test_python_api(tmp_path):
         dpconvert.convert("builtin:digits", out=tmp_path / "x.onnx", canaries=10)
     assert [m.passed for m in dpconvert.audit(tmp_path)] == [True, True]
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_ruff_is_clean():
+    """The lint configured in pyproject.toml ([tool.ruff]) passes: CI runs it through this test."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

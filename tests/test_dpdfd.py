@@ -94,7 +94,7 @@ def test_sigma_zero_equals_plain_distillation(target):
         s0 = twin(x)
     if target == "score":
         y = 5.0 * (F.one_hot(labels, 10).float() - 0.1)
-    else:  # seed 003 Alg. 1: y_s = s − γ·ḡ with ḡ the normalised CE gradient
+    else:  # the DPDFD paper's Algorithm 1: y_s = s − γ·ḡ with ḡ the normalised CE gradient
         g = F.softmax(s0, 1) - F.one_hot(labels, 10).float()
         y = s0 - g / (g.norm(dim=1, keepdim=True) + 1e-6)
     twin.train()

@@ -43,7 +43,8 @@ def render_markdown(card: PrivacyCard) -> str:
               f"- teacher: {d['teacher']['source']} ({d['teacher']['kind']}), sha256 {d['teacher'].get('sha256')}"]
     if d.get("export"):
         p = d["export"].get("parity", {})
-        lines.append(f"- ONNX check: {d['export'].get('onnx_checker')}; onnxruntime vs torch on {p.get('inputs')} inputs: max |Δ| = {_fmt(p.get('max_abs_diff'))}, top-1 agreement {_fmt(p.get('top1_agreement'))}")
+        lines.append(f"- ONNX check: {d['export'].get('onnx_checker')}; onnxruntime vs torch on {p.get('inputs')} inputs: "
+                     f"max |Δ| = {_fmt(p.get('max_abs_diff'))}, top-1 agreement {_fmt(p.get('top1_agreement'))}")
     u = d.get("utility")
     if u:
         lines += ["", "## Utility (not covered by the DP guarantee)" if not u.get("covered_by_guarantee") else "## Utility", ""]

@@ -8,7 +8,6 @@ accountant from it (``load_state_dict``) and recomputes ε from scratch.
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -85,7 +84,7 @@ ACCOUNTANTS: Registry[type] = Registry("accountant")
 @ACCOUNTANTS.register("dpdfd")
 @dataclass
 class DpdfdAccountant(Accountant):
-    """Gaussian releases of normalised output gradients (ALGORITHMS.md §2).
+    """Gaussian releases of normalised output gradients (DPDFD).
 
     Event ``normalised_gaussian_release``: params sigma (noise multiplier:
     std = sigma·clip per entry), clip (row norm C), batch_size (rows per
@@ -120,26 +119,10 @@ class DpdfdAccountant(Accountant):
 
     def cross_check(self, *, delta: float, scope: str = "query") -> dict[str, float]:
         """The same composition through dp_accounting's PLD and RDP accountants."""
-        import dp_accounting
-        from dp_accounting.pld import pld_privacy_accountant
-        from dp_accounting.rdp import rdp_privacy_accountant
+        from . import composition, dpdfd
 
-        from . import dpdfd
-
-        events = [
-            dp_accounting.SelfComposedDpEvent(
-                dp_accounting.GaussianDpEvent(float(e.params["sigma"] / dpdfd.sensitivity_factor(scope, int(e.params["batch_size"])))), int(e.count)
-            )
-            for e in self.events
-            if e.count
-        ]
-        if not events:
-            return {"pld": 0.0, "rdp": 0.0}
-        out = {}
-        for key, acc in (("pld", pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)), ("rdp", rdp_privacy_accountant.RdpAccountant())):
-            acc.compose(dp_accounting.ComposedDpEvent(events))
-            out[key] = float(acc.get_epsilon(float(delta)))
-        return out
+        terms = [(e.params["sigma"] / dpdfd.sensitivity_factor(scope, int(e.params["batch_size"])), e.count, None) for e in self.events]
+        return {key: composition.epsilon(terms, delta, accountant=key) for key in ("pld", "rdp")}
 
 
 def _composed(pairs) -> float:
@@ -151,7 +134,7 @@ def _composed(pairs) -> float:
 @ACCOUNTANTS.register("pknn")
 @dataclass
 class PknnAccountant(Accountant):
-    """Private-kNN: Poisson-subsampled screening + noisy argmax (ALGORITHMS.md §3).
+    """Private-kNN: Poisson-subsampled screening + noisy argmax.
 
     Events ``pknn_screening`` (k, num_classes, sigma1, threshold, sampling_rate)
     and ``pknn_argmax`` (sigma2, sampling_rate, num_classes).
@@ -188,24 +171,22 @@ class PknnAccountant(Accountant):
         return self.epsilon(delta=delta)
 
     def _pld(self, delta: float) -> float:
-        import dp_accounting
-        from dp_accounting.pld import pld_privacy_accountant
+        from . import composition, pknn
 
-        events = []
+        terms = []
         for e in self.events:
             p = e.params
-            sigma = p["sigma1"] if e.mechanism == "pknn_screening" else p["sigma2"] / math.sqrt(2.0)
-            inner = dp_accounting.PoissonSampledDpEvent(float(p["sampling_rate"]), dp_accounting.GaussianDpEvent(float(sigma)))
-            events.append(dp_accounting.SelfComposedDpEvent(inner, int(e.count)))
-        acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-3)
-        acc.compose(dp_accounting.ComposedDpEvent(events))
-        return float(acc.get_epsilon(float(delta)))
+            if e.mechanism == "pknn_screening":
+                terms += pknn.pld_terms(p["sigma1"], 1.0, p["sampling_rate"], e.count, 0)[:1]
+            else:
+                terms += pknn.pld_terms(1.0, p["sigma2"], p["sampling_rate"], 0, e.count)[1:]
+        return composition.epsilon(terms, delta, accountant="pld", discretization=pknn.PLD_DISCRETIZATION)
 
 
 @ACCOUNTANTS.register("pknn+dpdfd_generator")
 @dataclass
 class GeneratorPknnAccountant(Accountant):
-    """Private-kNN labels on queries drawn from a DPDFD-trained generator (ALGORITHMS.md §1, §3).
+    """Private-kNN labels on queries drawn from a DPDFD-trained generator.
 
     The generator is post-processing of its DPDFD run's releases, so its cost is
     that run's events (replayed here from the saved generator); the labels cost

@@ -1,4 +1,4 @@
-"""DPDFD accounting (ALGORITHMS.md §1–2): pure maths on (σ, T, B).
+"""DPDFD accounting (docs/privacy.md): pure maths on (σ, T, B).
 
 Each DPDFD step releases the B×K matrix of per-row normalised output
 gradients (row norm C) plus N(0, σ²C²) on every entry. Three adjacencies,
@@ -51,21 +51,13 @@ def epsilon(*, sigma: float, steps: int, delta: float, batch_size: int = 1, scop
 
 def epsilon_pld(*, sigma: float, steps: int, delta: float, batch_size: int = 1, scope: str = "query") -> float:
     """Cross-check with dp_accounting's privacy-loss-distribution accountant."""
-    import dp_accounting
-    from dp_accounting.pld import pld_privacy_accountant
+    from . import composition
 
-    s = float(sigma) / sensitivity_factor(scope, batch_size)
-    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
-    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(float(s)), int(steps)))
-    return float(acc.get_epsilon(float(delta)))
+    return composition.epsilon([(sigma / sensitivity_factor(scope, batch_size), steps, None)], delta, accountant="pld")
 
 
 def epsilon_rdp(*, sigma: float, steps: int, delta: float, batch_size: int = 1, scope: str = "query") -> float:
     """Cross-check with dp_accounting's RDP accountant (always ≥ the exact ε)."""
-    import dp_accounting
-    from dp_accounting.rdp import rdp_privacy_accountant
+    from . import composition
 
-    s = float(sigma) / sensitivity_factor(scope, batch_size)
-    acc = rdp_privacy_accountant.RdpAccountant()
-    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(float(s)), int(steps)))
-    return float(acc.get_epsilon(float(delta)))
+    return composition.epsilon([(sigma / sensitivity_factor(scope, batch_size), steps, None)], delta, accountant="rdp")

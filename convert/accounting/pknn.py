@@ -1,4 +1,4 @@
-"""Private-kNN accounting (ALGORITHMS.md §3), add/remove one private record.
+"""Private-kNN accounting (docs/privacy.md), add/remove one private record.
 
 Per query: Poisson-subsampled noisy screening (always), then — on a fresh,
 independent Poisson subsample — a Gaussian noisy argmax over the vote
@@ -94,22 +94,19 @@ def epsilon_rdp(plan: PknnPlan, delta: float) -> float:
 
 
 def epsilon_pld(plan: PknnPlan, delta: float) -> float:
-    import dp_accounting
-    from dp_accounting.pld import pld_privacy_accountant
+    """Screening as a Gaussian on the max count (sensitivity 1, σ1), the argmax as a Gaussian on the histogram
+    (sensitivity √2, σ2), both Poisson-subsampled, composed in dp_accounting's PLD accountant."""
+    from . import composition
 
-    g = float(plan.sampling_rate)
-    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-3)
-    events = []
-    if plan.queries_asked:
-        events.append(dp_accounting.SelfComposedDpEvent(
-            dp_accounting.PoissonSampledDpEvent(g, dp_accounting.GaussianDpEvent(float(plan.sigma1))), int(plan.queries_asked)))
-    if plan.queries_answered:
-        events.append(dp_accounting.SelfComposedDpEvent(
-            dp_accounting.PoissonSampledDpEvent(g, dp_accounting.GaussianDpEvent(float(plan.sigma2) / math.sqrt(2.0))), int(plan.queries_answered)))
-    if not events:
-        return 0.0
-    acc.compose(dp_accounting.ComposedDpEvent(events))
-    return float(acc.get_epsilon(float(delta)))
+    return composition.epsilon(pld_terms(plan.sigma1, plan.sigma2, plan.sampling_rate, plan.queries_asked, plan.queries_answered),
+                               delta, accountant="pld", discretization=PLD_DISCRETIZATION)
+
+
+PLD_DISCRETIZATION = 1e-3
+
+
+def pld_terms(sigma1: float, sigma2: float, rate: float, screened: int, answered: int):
+    return [(sigma1, screened, rate), (sigma2 / math.sqrt(2.0), answered, rate)]
 
 
 def epsilons(plan: PknnPlan, delta: float, *, with_pld: bool = True) -> dict[str, float]:

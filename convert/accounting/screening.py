@@ -1,4 +1,4 @@
-"""RDP of Private-kNN's noisy screening (seed 000, Theorem 7), written by hand.
+"""RDP of Private-kNN's noisy screening ("Private-kNN: Practical Differential Privacy for Computer Vision", Theorem 7), written by hand.
 
 Screening releases one bit per query: [max_c n_c + N(0, σ1²) ≥ T_thr]. Under
 add/remove of one private record, the max vote count t moves to t ± 1. With

@@ -92,7 +92,7 @@ def check_card(data: dict) -> tuple[dict, Problems]:
     from dpconvert.errors import DpconvertError
 
     p = Problems()
-    g, acct, mech = data.get("guarantee") or {}, data.get("accounting") or {}, data.get("mechanism") or {}
+    g, acct = data.get("guarantee") or {}, data.get("accounting") or {}
     try:
         accountant, true = recompute(data)
     except (DpconvertError, KeyError, TypeError, ValueError) as e:

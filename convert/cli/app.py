@@ -189,7 +189,7 @@ def convert(
     sigma2: Annotated[Optional[float], typer.Option("--sigma2", help="Argmax noise (default: calibrated to --eps).", rich_help_panel=PKNN)] = None,
     rounds: Annotated[Optional[int], typer.Option("--rounds", help=f"Rounds; the student's features refine the kNN space (default {P.rounds}).", rich_help_panel=PKNN)] = None,
     queries: Annotated[Optional[int], typer.Option("--queries", help="Queries over all rounds (default: every public image, or 5000 from a generator or the prior).", rich_help_panel=PKNN)] = None,
-    features: Annotated[Optional[str], typer.Option("--features", help=f"First-round features: hog_pca (default), hog, or timm:NAME[@FILE] (a public pretrained backbone; FILE = local weights).", rich_help_panel=PKNN)] = None,
+    features: Annotated[Optional[str], typer.Option("--features", help="First-round features: hog_pca (default), hog, or timm:NAME[@FILE] (a public pretrained backbone; FILE = local weights).", rich_help_panel=PKNN)] = None,
     labels: Annotated[Optional[str], typer.Option("--labels", help="Student targets from the released noisy vote histogram: soft (default, tempered softmax) or hard (argmax). Same ε.", rich_help_panel=PKNN)] = None,
     knn: Annotated[Optional[str], typer.Option("--knn", help="kNN search: exact (torch), faiss (optional extra, for ≥1M records) or auto (default).", rich_help_panel=PKNN)] = None,
     canaries: Annotated[Optional[int], typer.Option("--canaries", help="One-run canary audit with N canaries (empirical ε lower bound on the card).", rich_help_panel=PKNN)] = None,

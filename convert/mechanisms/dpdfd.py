@@ -4,7 +4,7 @@ The only teacher information that leaves this module's release step is the
 output of ``NormalisedGaussianRelease``: per-row normalised, Gaussian-noised
 gradients of L_T w.r.t. the student logits. Everything after it — the student
 update, replaying released (x, y_s) pairs, the generator update against the
-student — is post-processing (ALGORITHMS.md §2, "utility levers"). The teacher
+student — is post-processing (docs/methods.md). The teacher
 is only ever called forward, under ``torch.inference_mode()``.
 
 A round = one noisy release of ``batch_size`` rows (one accountant event),
@@ -38,7 +38,7 @@ class DpdfdConfig:
     batch_size: int = 4096  # B: rows per release
     sigma: float = 0.0  # noise multiplier (std σ·C per entry)
     clip: float = 1.0  # C: row norm after normalisation
-    target_step: float = 5.0  # γ in y_s = s − γ·g̃ (seed 003 Alg. 1 line 10)
+    target_step: float = 5.0  # γ in y_s = s − γ·g̃ (Algorithm 1 line 10)
     # L_T (DISTILL_LOSSES): "logits" (centred logit matching; default, chosen by benchmark: benchmarks/RESULTS.md §1),
     # "ce" on the teacher argmax (the paper's choice) or "kd" (soft probabilities at kd_temperature)
     distill_loss: str = "logits"
@@ -87,7 +87,7 @@ class RoundInfo:
     times: dict
 
 
-# L_T: closed-form per-sample gradient ∂L_T/∂s (ALGORITHMS.md §2 step 4), by name.
+# L_T: closed-form per-sample gradient ∂L_T/∂s (Algorithm 1's L_T), by name.
 DISTILL_LOSSES: Registry[Callable] = Registry("distillation loss")
 
 
@@ -118,7 +118,7 @@ def _logit_gradient(student_logits, teacher_logits, cfg):
 
 
 def per_sample_output_gradient(student_logits: torch.Tensor, teacher_logits: torch.Tensor, cfg: DpdfdConfig) -> torch.Tensor:
-    """∂L_T/∂s for each row, closed form (ALGORITHMS.md §2 step 4)."""
+    """∂L_T/∂s for each row, closed form: the gradient w.r.t. the student logits only, no per-parameter gradients."""
     return DISTILL_LOSSES.get(cfg.distill_loss)(student_logits, teacher_logits, cfg)
 
 
@@ -253,7 +253,7 @@ class Dpdfd:
     def distinct_queries(self, n: int, max_rounds: int = 20) -> torch.Tensor:
         """n pairwise-distinct inputs for one release.
 
-        The query-level analysis (ALGORITHMS.md §1) lets one teacher answer move
+        The query-level analysis (docs/privacy.md) lets one teacher answer move
         one row of the release by at most C. The same input twice in a release
         puts that answer in two rows (L2 sensitivity √2·C, and its noise would
         average away), so repeated inputs (e.g. a public image under the same
@@ -324,7 +324,7 @@ class Dpdfd:
                     loss = 0.5 * (out - out.mean(1, keepdim=True) - self.score_targets(y[idx])).pow(2).sum(1).mean()
                 elif target == "centred":  # the same, shift-invariant: the noise's common shift is not fitted
                     loss = 0.5 * (out - out.mean(1, keepdim=True) - (y[idx] - y[idx].mean(1, keepdim=True))).pow(2).sum(1).mean()
-                else:  # seed 003 Alg. 1 line 11: L_S(s, y_s), here ½‖s − y_s‖² (its gradient at release is γ·g̃)
+                else:  # Algorithm 1 line 11: L_S(s, y_s), here ½‖s − y_s‖² (its gradient at release is γ·g̃)
                     loss = 0.5 * (out - y[idx]).pow(2).sum(1).mean()
                 self.opt_s.zero_grad(set_to_none=True)
                 loss.backward()

@@ -1,6 +1,6 @@
-"""Feature maps φ for Private-kNN that never see private labels (ALGORITHMS.md §3).
+"""Feature maps φ for Private-kNN that never see private data (docs/methods.md).
 
-HOG (Dalal & Triggs 2005) is the first-round feature of seed 000; it is a fixed
+HOG (Dalal & Triggs 2005) is the first-round feature of the Private-kNN paper; it is a fixed
 function of the image, computed here in torch so it batches: Sobel gradients,
 9 unsigned orientation bins with linear interpolation, per-cell histograms,
 L2-Hys normalisation over 2×2-cell blocks.

@@ -10,7 +10,7 @@ from dpconvert.accounting import DpdfdAccountant
 
 
 class NormalisedGaussianRelease:
-    """DPDFD's A_{C,σ} (seed 003 Alg. 1 lines 6–9, per ALGORITHMS.md §2 steps 5–6).
+    """DPDFD's A_{C,σ} ("Differentially Private Data-Free Distillation", Algorithm 1 lines 6–9: per-row normalisation, then noise).
 
     Each row g_i of the B×K matrix of per-sample output gradients is scaled to
     norm C (ḡ_i = C·g_i / (‖g_i‖₂ + e)), then independent N(0, σ²C²) is added to

@@ -1,4 +1,4 @@
-"""Private-kNN (seed 000; ALGORITHMS.md §3): record-level DP labels for public queries.
+"""Private-kNN ("Private-kNN: Practical Differential Privacy for Computer Vision"): record-level DP labels for public queries.
 
 For each query: a Poisson subsample of the private set (each record kept
 independently with probability γ), the k nearest kept records in a feature
@@ -12,7 +12,6 @@ accountant as it happens. The student then learns from answered queries
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
@@ -151,13 +150,13 @@ class PknnMechanism:
         The accountant's argmax event is the Gaussian mechanism on the whole histogram (L2 sensitivity √2),
         so releasing the noisy histogram itself costs exactly what releasing its argmax costs.
         """
-        counts = self.votes(qfeats, pfeats)  # a new, independent subsample (ALGORITHMS.md §3 step 4)
+        counts = self.votes(qfeats, pfeats)  # a new, independent subsample: charging only answered queries needs it
         noisy = counts + torch.randn(counts.shape, generator=self.rng) * self.sigma2
         self.accountant.record("pknn_argmax", count=len(counts), sigma2=self.sigma2, sampling_rate=self.gamma, num_classes=self.num_classes)
         return noisy
 
     def answer(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
-        """The noisy argmax label (seed 000)."""
+        """The noisy argmax label (the paper's label)."""
         return self.noisy_histogram(qfeats, pfeats).argmax(1)
 
 

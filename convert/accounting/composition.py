@@ -1,0 +1,46 @@
+"""The one place dpconvert composes events in dp_accounting's PLD and RDP accountants.
+
+Each term is ``(noise multiplier, count, sampling rate)``: ``count`` Gaussian mechanisms with that multiplier
+(noise std / L2 sensitivity), Poisson-subsampled at ``sampling rate`` unless it is None. Numbers are passed as
+floats: dp_accounting mishandles an int noise multiplier inside composed events.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+Term = tuple[float, int, Optional[float]]
+
+PLD_DISCRETIZATION = 1e-4
+
+
+def _event(terms: Iterable[Term]):
+    import dp_accounting
+
+    events = []
+    for multiplier, count, rate in terms:
+        if count <= 0:
+            continue
+        inner = dp_accounting.GaussianDpEvent(float(multiplier))
+        if rate is not None:
+            inner = dp_accounting.PoissonSampledDpEvent(float(rate), inner)
+        events.append(dp_accounting.SelfComposedDpEvent(inner, int(count)))
+    return dp_accounting.ComposedDpEvent(events) if events else None
+
+
+def epsilon(terms: Iterable[Term], delta: float, *, accountant: str = "pld", discretization: float = PLD_DISCRETIZATION) -> float:
+    """ε at ``delta`` of the composition, by dp_accounting's ``pld`` or ``rdp`` accountant (0 when nothing was released)."""
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    event = _event(terms)
+    if event is None:
+        return 0.0
+    if accountant == "pld":
+        acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=discretization)
+    elif accountant == "rdp":
+        acc = rdp_privacy_accountant.RdpAccountant()
+    else:
+        raise ValueError(f"unknown accountant {accountant!r} (pld or rdp)")
+    acc.compose(event)
+    return float(acc.get_epsilon(float(delta)))
