@@ -6,13 +6,13 @@ Bicubically upsampled low-resolution Gaussian noise f, then either
   which close into loops and bends like pen strokes.
 No data set is involved. A teacher labels these far more diversely than white
 noise or an untrained generator, which gives the distillation somewhere to
-start (`benchmarks/prior_histogram.py`; benchmarks/RESULTS.md §2–3).
+start (`benchmarks/prior_histogram.py`; this file's history in git).
 It has no parameters and ignores class labels; ``z`` carries all randomness.
 
 ``centred_fields`` multiplies a share of the samples by a centred soft ellipse
 of random size: an object on a dark background, the layout of MNIST-style
 data sets. Still no data; a choice of prior made by benchmark
-(benchmarks/RESULTS.md §3).
+(benchmarks/RESULTS.md, table 2).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ class DpdfdConfig:
     sigma: float = 0.0  # noise multiplier (std σ·C per entry)
     clip: float = 1.0  # C: row norm after normalisation
     target_step: float = 5.0  # γ in y_s = s − γ·g̃ (Algorithm 1 line 10)
-    # L_T (DISTILL_LOSSES): "logits" (centred logit matching; default, chosen by benchmark: benchmarks/RESULTS.md §1),
+    # L_T (DISTILL_LOSSES): "logits" (centred logit matching; default, chosen by benchmark: benchmarks/RESULTS.md, table 1),
     # "ce" on the teacher argmax (the paper's choice) or "kd" (soft probabilities at kd_temperature)
     distill_loss: str = "logits"
     # None → "score" for ce, "centred" otherwise. "score": MSE to decoded label scores (ce only); "paper": MSE to y_s;

@@ -81,7 +81,7 @@ def hog_pca_features(spec, public_x=None, *, dims: int = 48, whiten: float = 1.0
     """HOG on the public images' top principal directions, whitened (``public_pca``).
 
     On Fashion-MNIST this lifts the noise-free k=300 vote accuracy on a 10 % subsample from 76 % (HOG) to 83 % with
-    32 directions and 85 % with 48 (benchmarks/pknn_features.py); 48 gives the better student (RESULTS.md §3).
+    32 directions and 85 % with 48 (benchmarks/pknn_features.py); 48 gives the better student (RESULTS.md, table 4).
     """
     cell = _hog_cell(spec)
     phi = public_pca(lambda x: hog(x, cell=cell), public_x, dims, whiten, "hog_pca")
