@@ -19,6 +19,7 @@ from .version import __version__
 from .errors import DpconvertError
 from .methods import METHODS, MethodOutput, choose_method
 from .options import RunOptions
+from .profiling import Profile, phase
 
 log = logging.getLogger("dpconvert")
 
@@ -32,6 +33,7 @@ class ConvertResult:
     seconds: float
     rounds: list
     method: str
+    profile: dict  # wall time per phase, items per second, peak memory (profiling.py)
 
 
 def check_output_path(out: Path) -> Path:
@@ -57,21 +59,27 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
     method = METHODS.get(name)
     opts = method_options if isinstance(method_options, method.Options) else method.options(method_options)
     method.check(run, opts, out)
-    teacher = load_teacher(teacher_source, load_options or LoadOptions(device=run.device))
-    eval_ds = None
-    if run.eval_data:
-        from dpconvert.io.data import load_data
+    with Profile() as profile:
+        with phase("load teacher"):
+            teacher = load_teacher(teacher_source, load_options or LoadOptions(device=run.device))
+        eval_ds = None
+        if run.eval_data:
+            from dpconvert.io.data import load_data
 
-        eval_ds = load_data(run.eval_data, teacher.spec, require_labels=True, pixel_range=run.pixel_range)
-    relay_plan = (lambda plan: on_plan({**plan, "method_choice": reason})) if on_plan else None
-    result = method.run(run, opts, teacher, relay_plan, on_progress)
-    utility = evaluate(teacher, result.student, eval_ds) if eval_ds is not None else None
-    card = _write_outputs(teacher_source, teacher, out, run, result, utility, reason, signing_key)
+            with phase("load data"):
+                eval_ds = load_data(run.eval_data, teacher.spec, require_labels=True, pixel_range=run.pixel_range)
+        relay_plan = (lambda plan: on_plan({**plan, "method_choice": reason})) if on_plan else None
+        result = method.run(run, opts, teacher, relay_plan, on_progress)
+        utility = None
+        if eval_ds is not None:
+            with phase("evaluation", items=2 * len(eval_ds)):
+                utility = evaluate(teacher, result.student, eval_ds)
+        card = _write_outputs(teacher_source, teacher, out, run, result, utility, reason, signing_key, profile)
     for w in card.data["warnings"]:
         log.warning("warning: %s", w)
     from dpconvert.zoo_cards import card_paths
 
-    return ConvertResult(out, *card_paths(out), card, time.perf_counter() - start, result.rounds, name)
+    return ConvertResult(out, *card_paths(out), card, time.perf_counter() - start, result.rounds, name, profile.to_dict())
 
 
 def _signing_key(path: Optional[str]):
@@ -82,16 +90,20 @@ def _signing_key(path: Optional[str]):
     return load_private_key(path)
 
 
-def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: MethodOutput, utility, reason: str, signing_key=None):
+def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: MethodOutput, utility, reason: str, signing_key=None, profile=None):
     from dpconvert.io.export import OPSET, export_onnx, parity
     from dpconvert.zoo_cards import PrivacyCard, model_sha256
     from dpconvert.zoo_cards.onnx_meta import SHA256_METHOD, write_model_with_card
 
     spec = teacher.spec
-    student = r.student.cpu().eval()
+    import torch
+
+    student = r.student.cpu().to(memory_format=torch.contiguous_format).eval()
     warnings = list(teacher.warnings) + list(r.warnings)
-    proto = export_onnx(student, spec.shape)
-    par = parity(student, proto, r.probe.cpu())
+    with phase("export"):
+        proto = export_onnx(student, spec.shape)
+    with phase("parity", items=len(r.probe)):
+        par = parity(student, proto, r.probe.cpu())
     if par.max_abs_diff > 1e-3 or par.top1_agreement < 0.99:
         warnings.append(f"ONNX parity is weak: max |Δ| = {par.max_abs_diff:.2e}, top-1 agreement {par.top1_agreement:.3f}")
     card = PrivacyCard({
@@ -112,6 +124,7 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
         "utility": utility,
         "export": {"onnx_checker": "passed (full_check=True)", "parity": par.to_dict(), "onnxruntime_device": "cpu"},
         "audit": r.audit,
+        "run": _run_block(run, profile),
         "warnings": warnings,
     }).validate("generated card")
     if signing_key is not None:
@@ -120,6 +133,13 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
         card = sign_card(card, signing_key)
     write_model_with_card(str(out), proto, card, extra=r.extra_files)
     return card
+
+
+def _run_block(run: RunOptions, profile) -> dict:
+    """How the run went (not privacy-relevant): device, threads, time per phase, peak memory."""
+    import torch
+
+    return {"device": run.device, "torch_threads": torch.get_num_threads(), **(profile.to_dict() if profile is not None else {})}
 
 
 def evaluate(teacher, student, ds) -> dict:

@@ -184,3 +184,13 @@ def test_public_image_source_is_deterministic_and_augments():
     assert x.shape == (500, 1, 8, 8) and torch.equal(x, src(z))
     exact = [(x[i] - imgs).flatten(1).abs().amax(1).min() < 1e-6 for i in range(len(x))]
     assert 0.002 < sum(exact) / len(x) < 0.05  # P(untouched) = 0.7 (no mixup) · 0.5 (no flip) · (1/5)² (no shift) = 0.014
+
+
+def test_every_run_is_profiled(tmp_path, cli):
+    """The summary and the card's run block show where the time went (never asserted: only that each phase is there)."""
+    code, outp, err = cli("builtin:digits", "--out", tmp_path / "s.onnx", "--profile", "--eval-data", "builtin:digits", *FAST)
+    assert code == 0, err
+    assert "time per phase" in outp and "teacher forward" in outp and "throughput" in outp
+    run = PrivacyCard.read(tmp_path / "s.onnx.card.json").data["run"]
+    assert {"queries", "teacher forward", "release", "student training", "export", "parity", "evaluation"} <= set(run["phase_seconds"])
+    assert run["items_per_second"]["teacher forward"] > 0 and run["peak_rss_mib"] > 0 and run["torch_threads"] >= 1

@@ -86,12 +86,13 @@ def test_sigma_zero_equals_plain_distillation(target):
     cfg = DpdfdConfig(releases=1, batch_size=64, sigma=0.0, distill_loss="ce", student_target=target, target_step=1.0, score_scale=5.0,
                       student_epochs=1, minibatch=16, prior_pool=1)
     x = _release_and_train(teacher, student, cfg, order_seed=123)
+    twin.to(memory_format=torch.channels_last)  # the engine's layout: the same arithmetic in the same float order
 
     # plain distillation, written out independently
     with torch.no_grad():
         labels = teacher(x).argmax(1)
         twin.eval()
-        s0 = twin(x)
+        s0 = twin(x.contiguous(memory_format=torch.channels_last))
     if target == "score":
         y = 5.0 * (F.one_hot(labels, 10).float() - 0.1)
     else:  # the DPDFD paper's Algorithm 1: y_s = s − γ·ḡ with ḡ the normalised CE gradient
@@ -100,7 +101,7 @@ def test_sigma_zero_equals_plain_distillation(target):
     twin.train()
     opt = torch.optim.Adam(twin.parameters(), lr=cfg.student_lr)
     for idx in torch.randperm(64, generator=torch.Generator().manual_seed(123)).split(16):
-        out = twin(x[idx])
+        out = twin(x[idx].contiguous(memory_format=torch.channels_last))
         if target == "score":
             loss = 0.5 * (out - out.mean(1, keepdim=True) - y[idx]).pow(2).sum(1).mean()
         else:

@@ -162,6 +162,7 @@ def convert(
     teacher: Annotated[str, typer.Argument(help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:digits.")],
     out_path: Annotated[Path, typer.Option("--out", "-o", help="Output student, an .onnx file; the card goes to OUT.card.json / OUT.card.md.", rich_help_panel=OUTPUT)] = Path("student.onnx"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON at the end instead of the summary table.", rich_help_panel=OUTPUT)] = False,
+    profile: Annotated[bool, typer.Option("--profile", help="Add throughput (teacher queries/s, student samples/s, …) to the summary; the time per phase is always shown and on the card's run block.", rich_help_panel=OUTPUT)] = False,
     sign_key: Annotated[Optional[Path], typer.Option("--sign-key", help="Sign the card with this Ed25519 private key (dpconvert card keygen); audit --trusted-keys checks it.", rich_help_panel=OUTPUT)] = None,
     method: Annotated[str, typer.Option("--method", help="dpdfd (data-free, query-level), pknn (record-level, needs --private-data) or auto.", rich_help_panel=PRIVACY)] = "auto",
     eps: Annotated[Optional[float], typer.Option("--eps", help=f"Target ε; the noise is calibrated to it (default {DEFAULT_EPS:g} unless --noise-multiplier).", rich_help_panel=PRIVACY)] = None,
@@ -226,7 +227,7 @@ def convert(
     if as_json:
         print(result.card.to_json())
         return
-    print_summary(result)
+    print_summary(result, throughput=profile)
 
 
 # ------------------------------------------------------------------ audit

@@ -98,7 +98,7 @@ class ProgressReporter:
             self.progress.stop()
 
 
-def print_summary(result) -> None:
+def print_summary(result, throughput: bool = False) -> None:
     from rich.table import Table
 
     d = result.card.data
@@ -110,8 +110,11 @@ def print_summary(result) -> None:
         ("ε, δ (scope)", f"{g['epsilon'] if isinstance(g['epsilon'], str) else round(g['epsilon'], 4)}, {g['delta']:g} ({g['scope']})"),
         ("record-level worst case ε", str(g["record_level_epsilon"] if isinstance(g["record_level_epsilon"], str) else round(g["record_level_epsilon"], 2))),
         ("ONNX parity", f"max |Δ| {d['export']['parity']['max_abs_diff']:.1e}, top-1 agreement {d['export']['parity']['top1_agreement']:.3f}"),
-        ("time", f"{result.seconds:.1f} s"),
+        ("time", f"{result.seconds:.1f} s, peak memory {result.profile['peak_rss_mib']:,.0f} MiB"),
+        ("time per phase", ", ".join(f"{k} {v:.1f} s" for k, v in result.profile["phase_seconds"].items())),
     ]
+    if throughput:
+        rows.append(("throughput", ", ".join(f"{k} {v:,.0f}/s" for k, v in result.profile["items_per_second"].items())))
     u = d.get("utility")
     if u:
         rows.append(("accuracy (not DP-covered)", f"teacher {u['teacher_accuracy']:.4f}, student {u['student_accuracy']:.4f}, agreement {u['agreement']:.4f} on {u['evaluation_data']}"))

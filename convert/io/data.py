@@ -75,6 +75,8 @@ def digits_split(split: str) -> RawImages:
     xtr, xte, ytr, yte = train_test_split(
         x, d.target, test_size=DIGITS_TEST_FRACTION, random_state=DIGITS_SPLIT_SEED, stratify=d.target
     )
+    if split == "all":
+        return RawImages(x, d.target.astype(np.int64), f"builtin:digits, all {len(x)} images (the teacher's training split included)")
     if split == "train":
         return RawImages(xtr, ytr.astype(np.int64), f"builtin:digits train split ({len(ytr)} images)")
     return RawImages(xte, yte.astype(np.int64), f"builtin:digits test split ({len(yte)} images)")
@@ -86,9 +88,9 @@ def _is_builtin(source: str) -> bool:
 
 def _read_builtin(source: str, pixel_range: Optional[float] = None) -> RawImages:
     name = source[len("builtin:"):]
-    splits = {"digits": "test", "digits:test": "test", "digits:train": "train"}
+    splits = {"digits": "test", "digits:test": "test", "digits:train": "train", "digits:all": "all"}
     if name not in splits:
-        raise DpconvertError(f"unknown built-in dataset {source!r}; use builtin:digits (test split) or builtin:digits:train")
+        raise DpconvertError(f"unknown built-in dataset {source!r}; use builtin:digits (test split), builtin:digits:train or builtin:digits:all")
     return digits_split(splits[name])
 
 

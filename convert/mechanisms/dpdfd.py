@@ -29,6 +29,7 @@ from dpconvert.accounting import DpdfdAccountant
 from dpconvert.errors import DpconvertError
 from dpconvert.mechanisms.gaussian_release import NormalisedGaussianRelease
 from dpconvert.mechanisms.noise import mechanism_rng
+from dpconvert.profiling import phase
 from dpconvert.registry import Registry
 
 
@@ -162,6 +163,14 @@ def first_occurrences(x: torch.Tensor) -> torch.Tensor:
     return first.sort().values
 
 
+def nhwc(x: torch.Tensor) -> torch.Tensor:
+    """Images in channels-last layout (the students run in it); other tensors as they are."""
+    return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
+
+
+TEACHER_BATCH = 1024  # rows per teacher call (the teacher runs in inference mode; larger batches amortise call overhead)
+
+
 def _batched(fn: Callable, x: torch.Tensor, size: int) -> torch.Tensor:
     return torch.cat([fn(chunk) for chunk in x.split(size)])
 
@@ -170,7 +179,8 @@ class Dpdfd:
     def __init__(self, teacher: Callable, student: torch.nn.Module, generator: Optional[torch.nn.Module], cfg: DpdfdConfig,
                  accountant: DpdfdAccountant, device: str = "cpu", prior: Optional[torch.nn.Module] = None,
                  noise_rng: Optional[torch.Generator] = None) -> None:
-        self.teacher, self.student, self.cfg = teacher, student.to(device), cfg
+        self.teacher, self.cfg = teacher, cfg
+        self.student = student.to(device).to(memory_format=torch.channels_last)  # NHWC: CPU convolutions ~1.5× faster
         self.generator = generator.to(device) if generator is not None else None
         self.prior = prior.to(device) if prior is not None else None
         if self.generator is None and self.prior is None:
@@ -193,6 +203,9 @@ class Dpdfd:
         self.rng = torch.Generator(device="cpu").manual_seed(cfg.seed)
         self.num_classes = student_classes(student)
 
+    def _student(self, x: torch.Tensor) -> torch.Tensor:
+        return self.student(nhwc(x))
+
     # ------------------------------------------------------------ sampling
     def sample(self, n: int, nz: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
         z = torch.randn(n, nz or self.generator.nz, generator=self.rng).to(self.device)
@@ -206,7 +219,7 @@ class Dpdfd:
     def _select_balanced(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """Indices of n inputs, n/K per student-predicted class, most confident first (post-processing)."""
         self.student.eval()
-        probs = F.softmax(_batched(self.student, x, 4096), 1)
+        probs = F.softmax(_batched(self._student, x, 4096), 1)
         conf, cls = probs.max(1)
         per = -(-n // self.num_classes)
         keep = []
@@ -275,26 +288,28 @@ class Dpdfd:
         """Alg. 1 lines 2–10: synthesise B inputs, query the teacher, release noisy output gradients."""
         cfg, times = self.cfg, {}
         t0 = time.perf_counter()
-        x = self.distinct_queries(cfg.batch_size)
+        with phase("queries", items=cfg.batch_size):
+            x = self.distinct_queries(cfg.batch_size)
         times["generator"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            t_logits = _batched(self.teacher, x, 512).to(self.device)
+        with phase("teacher forward", items=len(x)), torch.inference_mode():
+            t_logits = _batched(self.teacher, x, TEACHER_BATCH).to(self.device)
         times["teacher"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        self.student.eval()
-        with torch.no_grad():
-            s_logits = _batched(self.student, x, 1024)
-        g = per_sample_output_gradient(s_logits, t_logits.clone(), cfg)
-        del t_logits  # nothing un-noised from the teacher survives this function
-        g_noisy = self.mechanism.release(g)
-        del g
-        if cfg.student_target == "score":
-            y_s = label_log_likelihood(s_logits, g_noisy, self.mechanism)
-        else:
-            y_s = s_logits - cfg.target_step * g_noisy
-        self.buffer_x.append(x.detach())
-        self.buffer_y.append(y_s.detach())
+        with phase("release", items=len(x)):
+            self.student.eval()
+            with torch.no_grad():
+                s_logits = _batched(self._student, x, 4096)
+            g = per_sample_output_gradient(s_logits, t_logits.clone(), cfg)
+            del t_logits  # nothing un-noised from the teacher survives this function
+            g_noisy = self.mechanism.release(g)
+            del g
+            if cfg.student_target == "score":
+                y_s = label_log_likelihood(s_logits, g_noisy, self.mechanism)
+            else:
+                y_s = s_logits - cfg.target_step * g_noisy
+            self.buffer_x.append(x.detach())
+            self.buffer_y.append(y_s.detach())
         times["student"] = time.perf_counter() - t0
         return times
 
@@ -319,7 +334,7 @@ class Dpdfd:
                 if cfg.lr_schedule == "cosine":
                     for group in self.opt_s.param_groups:
                         group["lr"] = cfg.student_lr * 0.5 * (1 + math.cos(math.pi * n / steps))
-                out = self.student(x[idx])
+                out = self._student(x[idx])
                 if target == "score":
                     loss = 0.5 * (out - out.mean(1, keepdim=True) - self.score_targets(y[idx])).pow(2).sum(1).mean()
                 elif target == "centred":  # the same, shift-invariant: the noise's common shift is not fitted
@@ -355,7 +370,7 @@ class Dpdfd:
             ends = torch.tensor([len(b) for b in self.buffer_x]).cumsum(0)
             idx = torch.linspace(0, int(ends[-1]) - 1, min(n, int(ends[-1]))).long()
             x = torch.cat([b[idx[(idx >= end - len(b)) & (idx < end)] - (end - len(b))] for b, end in zip(self.buffer_x, ends)])
-            shift = _batched(self.student, x, 1024).mean(0)
+            shift = _batched(self._student, x, 1024).mean(0)
             head.bias.sub_(shift)
         finally:
             self.student.train(was_training)
@@ -383,7 +398,7 @@ class Dpdfd:
         was_training = self.student.training  # called between student epochs: leave the mode as found
         self.student.eval()
         try:
-            return float((_batched(self.student, x, 1024).argmax(1).cpu() == t).float().mean())
+            return float((_batched(self._student, x, 1024).argmax(1).cpu() == t).float().mean())
         finally:
             self.student.train(was_training)
 
@@ -404,7 +419,7 @@ class Dpdfd:
             for _ in range(cfg.generator_steps):
                 z, labels = self.sample(cfg.gen_batch)
                 x = self._generate(z, labels)
-                feats = self.student.forward_features(x)
+                feats = self.student.forward_features(nhwc(x))
                 s = self.student.forward_head(feats)
                 target = labels if self.generator.num_classes else s.argmax(1)
                 p_mean = F.softmax(s, 1).mean(0)
@@ -427,12 +442,14 @@ class Dpdfd:
             times = self.release()
             self._tick(kind="release", round=r)
             t1 = time.perf_counter()
-            ls = self.train_student()
+            with phase("student training", items=self.cfg.student_epochs * sum(len(b) for b in self.buffer_x)):
+                ls = self.train_student()
             times["student"] += time.perf_counter() - t1
             lg = 0.0
             if r < self.cfg.releases and self.cfg.generator_steps and self.generator is not None:
                 t1 = time.perf_counter()
-                lg = self.train_generator()
+                with phase("generator training", items=self.cfg.generator_steps * self.cfg.gen_batch):
+                    lg = self.train_generator()
                 times["generator"] += time.perf_counter() - t1
             if r == self.cfg.releases and self.cfg.logit_adjust:
                 self.adjust_for_query_prior()

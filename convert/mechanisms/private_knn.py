@@ -178,7 +178,9 @@ def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
     opt = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=5e-4)
     steps = max(1, epochs * -(-len(x) // minibatch))
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
-    student.train()
+    from .dpdfd import nhwc
+
+    student.to(memory_format=torch.channels_last).train()  # NHWC: CPU convolutions ~1.5× faster, the same arithmetic
     for _ in range(epochs):
         for idx in torch.randperm(len(x), generator=generator).split(minibatch):
             xb = x[idx]
@@ -187,12 +189,12 @@ def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                 xb = torch.where(f.view(-1, 1, 1, 1), xb.flip(3), xb)
             shift = torch.randint(-2, 3, (2,), generator=generator).tolist()
             xb = torch.roll(xb, shifts=shift, dims=(2, 3))
-            loss = F.cross_entropy(student(xb), y[idx], weight=weight)  # y: class indices or (m, K) target distributions
+            loss = F.cross_entropy(student(nhwc(xb)), y[idx], weight=weight)  # y: class indices or (m, K) target distributions
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             sched.step()
-    student.eval()
+    student.to(memory_format=torch.contiguous_format).eval()
 
 
 def class_balance_weights(y: torch.Tensor, num_classes: int, max_weight: float = 5.0) -> torch.Tensor:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from dpconvert.errors import DpconvertError
+from dpconvert.profiling import phase
 
 from .base import NOT_COVERED, Method, MethodOutput, register
 from .dpdfd import DpdfdOptions, check_generator_path
@@ -143,11 +144,13 @@ class PrivateKnn(Method):
 
         self.check(run, opts)
         spec = teacher.spec
-        private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
+        with phase("load data"):
+            private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
         _local_notes(len(private), opts, run.delta)  # n may reach the operator's console, never the card or an abort
         if source_name(run, opts) == "train":  # fail before minutes of DPDFD if what the generator leaves cannot pay for the labels
             self.label_plan(opts, spec.num_classes, run.eps - generator_share(run, opts), run.delta / 2, opts.queries or GENERATOR_QUERIES)
-        source = load_queries(run, opts, teacher, on_progress)
+        with phase("queries"):
+            source = load_queries(run, opts, teacher, on_progress)
         total_q = min(opts.queries or len(source.x), len(source.x))
         if total_q < opts.rounds:
             raise DpconvertError(f"only {total_q} queries for {opts.rounds} rounds; give more `queries` or fewer `rounds`")
@@ -214,15 +217,19 @@ class PrivateKnn(Method):
         xs, ys, rounds, student = [], [], [], None
         for r, idx in enumerate(order.tensor_split(opts.rounds), 1):
             t0 = time.perf_counter()
-            pfeats = batched_features(phi, private_x)
             qx = source.x[idx]
-            qfeats = batched_features(phi, qx)
-            answered = mech.screen(qfeats, pfeats)
+            with phase("features", items=len(private_x) + len(qx)):
+                pfeats = batched_features(phi, private_x)
+                qfeats = batched_features(phi, qx)
+            with phase("kNN votes", items=len(qx)):
+                answered = mech.screen(qfeats, pfeats)
+                noisy = mech.noisy_histogram(qfeats[answered], pfeats)
             xs.append(qx[answered])
-            ys.append(histogram_targets(mech.noisy_histogram(qfeats[answered], pfeats), opts.labels, opts.label_temperature, mech.sigma2))
+            ys.append(histogram_targets(noisy, opts.labels, opts.label_temperature, mech.sigma2))
             student = create_student(student_name, spec)
-            train_classifier(student, torch.cat(xs), torch.cat(ys), epochs=opts.epochs, lr=opts.student_lr, minibatch=opts.minibatch,
-                             generator=train_rng, balance=opts.balance)
+            with phase("student training", items=opts.epochs * sum(len(x) for x in xs)):
+                train_classifier(student, torch.cat(xs), torch.cat(ys), epochs=opts.epochs, lr=opts.student_lr, minibatch=opts.minibatch,
+                                 generator=train_rng, balance=opts.balance)
             phi = next_round_features(opts, student, first_phi)  # DP by post-processing: trained on public queries + DP labels only
             info = {"kind": "round", "round": r, "asked": len(idx), "answered": int(answered.sum()), "seconds": time.perf_counter() - t0,
                     "epsilon": mech.accountant.epsilon(delta=run.delta)}
