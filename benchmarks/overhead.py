@@ -1,12 +1,16 @@
-"""What the privacy machinery costs: each DPDFD conversion phase against a bare loop doing the same arithmetic.
+"""What the privacy machinery costs: each conversion phase against a bare loop doing the same arithmetic.
 
     python benchmarks/overhead.py --job digits --json benchmarks/results/overhead.json
-    python benchmarks/overhead.py --job fmnist --json benchmarks/results/overhead.json      # needs benchmarks/runs/fmnist_cnn.safetensors
+    python benchmarks/overhead.py --job fmnist --json benchmarks/results/overhead.json       # needs benchmarks/runs/fmnist_cnn.safetensors
+    python benchmarks/overhead.py --job fmnist-pknn --json benchmarks/results/overhead.json  # and the public/eval splits of run_pknn.py
 
-The conversion runs through ``dpconvert.convert`` (its profile gives the time per phase). The bare loop draws the same
-number of prior queries, runs the same teacher forward and trains the same student for the same epochs on the
-teacher's raw logits (plain distillation: no distinct-input check, no normalisation, no noise, no accountant, no
-card, no ONNX export). Overhead = (conversion − bare) / bare, over the phases both have, and over the whole run.
+DPDFD: the conversion runs through ``dpconvert.convert`` (its profile gives the time per phase). The bare loop draws
+the same number of prior queries, runs the same teacher forward and trains the same student for the same epochs on
+the teacher's raw logits (plain distillation: no distinct-input check, no normalisation, no noise, no accountant, no
+card, no ONNX export). Private-kNN: the bare loop computes the same features, a plain k-NN vote over every private
+record for each query twice (screening and argmax: no Poisson mask, no noise, no accountant) and trains the same
+student for the same epochs on the answered queries' plain votes. Overhead = (conversion − bare) / bare over the
+phases both have; the whole run (loading, export, card) is reported beside it.
 """
 
 from __future__ import annotations
@@ -19,10 +23,14 @@ from pathlib import Path
 
 from _results import report
 
+FMNIST = "/usr/share/datasets/fashion-mnist"
 JOBS = {
-    "digits": dict(teacher="builtin:digits", loader=None),
-    "fmnist": dict(teacher="benchmarks/runs/fmnist_cnn.safetensors", loader=dict(arch="wide_cnn", num_classes=10, input_size=(1, 28, 28))),
+    "digits": dict(teacher="builtin:digits", eval_data="builtin:digits:all"),
+    "fmnist": dict(teacher="benchmarks/runs/fmnist_cnn.safetensors", eval_data=FMNIST),
+    "fmnist-pknn": dict(teacher="benchmarks/runs/fmnist_cnn.safetensors", eval_data="benchmarks/runs/fmnist_eval_last5k.npz",
+                        method="pknn", private_data=f"{FMNIST}:train", public_data="benchmarks/runs/fmnist_public_first5k.npz"),
 }
+SHARED = ("queries", "teacher forward", "release", "student training", "features", "kNN votes")
 
 
 def bare_loop(teacher, spec, batch_size: int, epochs: int, seed: int) -> dict:
@@ -32,8 +40,8 @@ def bare_loop(teacher, spec, batch_size: int, epochs: int, seed: int) -> dict:
     import torch
 
     from dpconvert.generators import create_generator, default_prior_name
-    from dpconvert.mechanisms.dpdfd import TEACHER_BATCH
-    from dpconvert.methods.dpdfd import RELEASE_ROWS_DEFAULT
+    from dpconvert.mechanisms.dpdfd import TEACHER_BATCH, nhwc
+    from dpconvert.methods.dpdfd import RELEASE_ROWS_DEFAULT, default_student_lr
     from dpconvert.students import create_student, default_student_name
 
     torch.manual_seed(seed)
@@ -50,22 +58,68 @@ def bare_loop(teacher, spec, batch_size: int, epochs: int, seed: int) -> dict:
         y = torch.cat([teacher(c) for c in x.split(TEACHER_BATCH)])
     t["teacher forward"] = time.perf_counter() - t0
     y = y.clone()
-    student = create_student(default_student_name(spec), spec)
-    opt = torch.optim.Adam(student.parameters(), lr=2e-3)
+    student = create_student(default_student_name(spec), spec).to(memory_format=torch.channels_last)  # the engine's layout
+    lr = default_student_lr(spec)
+    opt = torch.optim.Adam(student.parameters(), lr=lr)
     steps, n = epochs * math.ceil(len(x) / RELEASE_ROWS_DEFAULT), 0
     t0 = time.perf_counter()
     student.train()
     for _ in range(epochs):
         for idx in torch.randperm(len(x), generator=rng).split(RELEASE_ROWS_DEFAULT):
             for g in opt.param_groups:
-                g["lr"] = 2e-3 * 0.5 * (1 + math.cos(math.pi * n / steps))
-            out = student(x[idx])
+                g["lr"] = lr * 0.5 * (1 + math.cos(math.pi * n / steps))
+            out = student(nhwc(x[idx]))
             loss = 0.5 * (out - out.mean(1, keepdim=True) - (y[idx] - y[idx].mean(1, keepdim=True))).pow(2).sum(1).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             n += 1
     t["student training"] = time.perf_counter() - t0
+    return t
+
+
+def bare_pknn(run_card: dict, job: dict, teacher_spec, seed: int) -> dict:
+    """Private-kNN's arithmetic without the mechanism, round by round: the same features (the first map, then the
+    student's), a plain k-NN vote over every private record twice per query (no Poisson mask, no noise, no
+    accountant), the same student training."""
+    import torch
+
+    from dpconvert.io.data import load_data
+    from dpconvert.mechanisms.features import batched_features, create_features
+    from dpconvert.mechanisms.private_knn import student_features, train_classifier
+    from dpconvert.methods.pknn import PknnOptions, combine_features
+    from dpconvert.students import create_student, default_student_name
+
+    m = run_card["mechanism"]
+    private = load_data(job["private_data"], teacher_spec, require_labels=True)
+    public = load_data(job["public_data"], teacher_spec)
+    opts = PknnOptions()
+    k, epochs, rounds = m["k"], m["config"]["epochs"], m["rounds"]
+    y = torch.randint(0, teacher_spec.num_classes, (len(public),), generator=torch.Generator().manual_seed(seed))
+    t = {"features": 0.0, "kNN votes": 0.0, "student training": 0.0}
+    student, pfirst = None, None
+    per_round = torch.arange(len(public)).tensor_split(rounds)
+    for r, idx in enumerate(per_round):
+        t0 = time.perf_counter()
+        if student is None:
+            phi = create_features(m["config"]["features"], teacher_spec, public.x)
+            pf = pfirst = batched_features(phi, private.x)
+            qf = batched_features(phi, public.x[idx])
+        else:
+            ps = student_features(student)
+            pf = combine_features(opts, pfirst, batched_features(ps, private.x))
+            qf = combine_features(opts, batched_features(phi, public.x[idx]), batched_features(ps, public.x[idx]))
+        t["features"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(2):  # screening and argmax each vote once per query
+            for q in qf.split(256):
+                torch.nn.functional.one_hot(private.y[torch.cdist(q, pf).topk(k, largest=False).indices], teacher_spec.num_classes).sum(1)
+        t["kNN votes"] += time.perf_counter() - t0
+        answered = int(m["queries_answered"] * (r + 1) / rounds)
+        student = create_student(default_student_name(teacher_spec), teacher_spec)
+        t0 = time.perf_counter()
+        train_classifier(student, public.x[:answered], y[:answered], epochs=epochs, lr=2e-3, minibatch=128, generator=torch.Generator().manual_seed(seed))
+        t["student training"] += time.perf_counter() - t0
     return t
 
 
@@ -80,21 +134,24 @@ def main() -> None:
     import dpconvert
     from dpconvert.io.teachers import LoadOptions, load_teacher
 
-    job = JOBS[args.job]
-    loader = LoadOptions(**job["loader"]) if job["loader"] else None
+    job = dict(JOBS[args.job])
+    teacher_file = job.pop("teacher")
     with tempfile.TemporaryDirectory() as d:
-        r = dpconvert.convert(job["teacher"], out=Path(d) / "s.onnx", eps=1, seed=args.seed, seeded_noise=True, loader=loader)
-    m = r.card.data["mechanism"]
-    teacher = load_teacher(job["teacher"], loader or LoadOptions())
-    bare = bare_loop(teacher, teacher.spec, m["batch_size"], m["config"]["student_epochs"], args.seed)
+        r = dpconvert.convert(teacher_file, out=Path(d) / "s.onnx", eps=1, seed=args.seed, seeded_noise=True, **job)
+    card = r.card.data
+    teacher = load_teacher(teacher_file, LoadOptions())
+    if card["mechanism"]["method"] == "dpdfd":
+        bare = bare_loop(teacher, teacher.spec, card["mechanism"]["batch_size"], card["mechanism"]["config"]["student_epochs"], args.seed)
+    else:
+        bare = bare_pknn(card, job, teacher.spec, args.seed)
     conv = r.profile["phase_seconds"]
     shared = sum(bare.values())
-    dp = conv.get("queries", 0) + conv.get("teacher forward", 0) + conv.get("release", 0) + conv.get("student training", 0)
+    dp = sum(conv.get(p, 0) for p in SHARED)
     report({
-        "job": f"overhead, {args.job} DPDFD default", "device": "cpu", "torch_threads": torch.get_num_threads(),
-        "batch_size": m["batch_size"], "student_epochs": m["config"]["student_epochs"],
-        "conversion_phase_seconds": conv, "conversion_wall_seconds": r.profile["wall_seconds"], "bare_loop_seconds": {k: round(v, 2) for k, v in bare.items()},
-        "privacy_machinery_seconds": round(conv.get("release", 0) + (conv.get("queries", 0) - bare["queries"]), 2),
+        "job": f"overhead, {args.job} default", "device": "cpu", "torch_threads": torch.get_num_threads(), "epsilon": card["guarantee"]["epsilon"],
+        "student_accuracy": card["utility"]["student_accuracy"], "evaluation_data": card["utility"]["evaluation_data"],
+        "conversion_phase_seconds": conv, "conversion_wall_seconds": r.profile["wall_seconds"], "peak_rss_mib": r.profile["peak_rss_mib"],
+        "bare_loop_seconds": {k: round(v, 2) for k, v in bare.items()},
         "overhead_on_shared_phases": round((dp - shared) / shared, 3),
         "overhead_whole_run": round((r.profile["wall_seconds"] - shared) / shared, 3),
         "command": "python benchmarks/overhead.py " + " ".join(sys.argv[1:]),

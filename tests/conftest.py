@@ -31,6 +31,19 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def tamper_weights(path) -> None:
+    """Change one weight of an ONNX model in place (its embedded card untouched)."""
+    import onnx
+    from onnx import numpy_helper
+
+    proto = onnx.load(path)
+    w = proto.graph.initializer[0]
+    arr = numpy_helper.to_array(w).copy()
+    arr.flat[0] += 0.5
+    w.CopyFrom(numpy_helper.from_array(arr, w.name))
+    onnx.save(proto, path)
+
+
 @pytest.fixture
 def cli(capsys):
     return lambda *args: run_cli([str(a) for a in args], capsys)

@@ -6,8 +6,8 @@ import json
 import shutil
 
 import onnx
+from conftest import tamper_weights
 import pytest
-from onnx import numpy_helper
 
 from dpconvert import convert
 from dpconvert.zoo_cards import PrivacyCard, embed_card
@@ -43,13 +43,7 @@ def zoo(tmp_path_factory):
     embed_card(proto, card)
     onnx.save(proto, edited)
     # altered weights (card untouched)
-    tampered = copy("tampered.onnx")
-    proto = onnx.load(tampered)
-    w = proto.graph.initializer[0]
-    arr = numpy_helper.to_array(w).copy()
-    arr.flat[0] += 0.5
-    w.CopyFrom(numpy_helper.from_array(arr, w.name))
-    onnx.save(proto, tampered)
+    tamper_weights(copy("tampered.onnx"))
     # unknown schema version
     copy("future.onnx")
     data = json.loads((root / "future.onnx.card.json").read_text())

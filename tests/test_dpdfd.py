@@ -312,3 +312,24 @@ def test_a_release_larger_than_the_distinct_inputs_is_refused():
     with pytest.raises(DpconvertError, match="only 3 distinct inputs.*--batch-size"):
         job.release()
     assert not job.buffer_x
+
+
+def test_first_occurrences_is_exact():
+    """The hashed distinct-input check finds exactly what sorting whole rows finds (copies, ±0.0, collisions aside)."""
+    from dpconvert.mechanisms.dpdfd import first_occurrences
+
+    def reference(x):
+        _, inverse = torch.unique((x + 0.0).reshape(len(x), -1), dim=0, return_inverse=True)
+        first = torch.full((int(inverse.max()) + 1,), len(x), dtype=torch.long).scatter_reduce(0, inverse, torch.arange(len(x)), "amin")
+        return first.sort().values
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(100):
+        n = int(torch.randint(1, 200, (1,), generator=g))
+        base = torch.randint(-1, 2, (n, 1, 2, 2), generator=g).float()  # few values: many copies, and −0.0 from −1·0
+        x = torch.cat([base, -base[torch.randint(0, n, (n // 2,), generator=g)] * -1])
+        x = x[torch.randperm(len(x), generator=g)]
+        assert torch.equal(first_occurrences(x), reference(x))
+    x = torch.zeros(3, 2)
+    x[1] = -0.0
+    assert first_occurrences(x).tolist() == [0]

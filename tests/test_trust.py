@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from conftest import tamper_weights
 import pytest
 import torch
-from onnx import numpy_helper
 
 from dpconvert.auditing.card_checks import check_card
 from dpconvert.errors import DpconvertError
@@ -102,12 +102,7 @@ def test_signed_cards(dpdfd_model, tmp_path, cli):
     tampered = tmp_path / "tampered.onnx"
     shutil.copy(signed, tampered)
     shutil.copy(f"{signed}.card.json", f"{tampered}.card.json")
-    proto = onnx.load(tampered)
-    w = proto.graph.initializer[0]
-    arr = numpy_helper.to_array(w).copy()
-    arr.flat[0] += 0.5
-    w.CopyFrom(numpy_helper.from_array(arr, w.name))
-    onnx.save(proto, tampered)
+    tamper_weights(tampered)
     assert cli("audit", tampered, *gate)[0] == 1
     # `card sign` with the trusted key makes an unsigned model pass; a signed card is still a valid card
     resigned = tmp_path / "resigned.onnx"

@@ -117,8 +117,9 @@ class PrivateKnn(Method):
             from .dpdfd import check_prior_name
 
             check_prior_name(g.prior)
-        if g.distill_loss != default.distill_loss and source != "train":
-            raise DpconvertError("`distill_loss` is DPDFD's; with Private-kNN it applies only to `query_generator` train")
+        changed = [k for k, v in asdict(g).items() if v != getattr(default, k) and k not in ("prior", "save_generator")]
+        if changed and source != "train":
+            raise DpconvertError(f"`{changed[0]}` is DPDFD's; with Private-kNN it configures only the generator trained with `query_generator` train")
         if opts.generator_eps is not None and source != "train":
             raise DpconvertError("`generator_eps` is the in-run generator's share of `eps`; use it with `query_generator` train")
         if source == "train" and not 0 < generator_share(run, opts) < run.eps:
@@ -209,18 +210,23 @@ class PrivateKnn(Method):
         import torch
 
         from dpconvert.mechanisms.features import batched_features, create_features
-        from dpconvert.mechanisms.private_knn import histogram_targets, train_classifier
+        from dpconvert.mechanisms.private_knn import histogram_targets, student_features, train_classifier
         from dpconvert.students import create_student, default_student_name
 
-        phi = first_phi = create_features(opts.features, spec, source.x)
+        first_phi = create_features(opts.features, spec, source.x)
         student_name = run.student or default_student_name(spec)
-        xs, ys, rounds, student = [], [], [], None
+        xs, ys, rounds, student, private_first = [], [], [], None, None
         for r, idx in enumerate(order.tensor_split(opts.rounds), 1):
             t0 = time.perf_counter()
             qx = source.x[idx]
             with phase("features", items=len(private_x) + len(qx)):
-                pfeats = batched_features(phi, private_x)
-                qfeats = batched_features(phi, qx)
+                if student is None:
+                    pfeats = private_first = batched_features(first_phi, private_x)  # kept: later rounds reuse it
+                    qfeats = batched_features(first_phi, qx)
+                else:  # DP by post-processing: the student saw public queries and DP labels only
+                    phi_s = student_features(student)
+                    pfeats = combine_features(opts, private_first, batched_features(phi_s, private_x))
+                    qfeats = combine_features(opts, batched_features(first_phi, qx), batched_features(phi_s, qx))
             with phase("kNN votes", items=len(qx)):
                 answered = mech.screen(qfeats, pfeats)
                 noisy = mech.noisy_histogram(qfeats[answered], pfeats)
@@ -230,7 +236,6 @@ class PrivateKnn(Method):
             with phase("student training", items=opts.epochs * sum(len(x) for x in xs)):
                 train_classifier(student, torch.cat(xs), torch.cat(ys), epochs=opts.epochs, lr=opts.student_lr, minibatch=opts.minibatch,
                                  generator=train_rng, balance=opts.balance)
-            phi = next_round_features(opts, student, first_phi)  # DP by post-processing: trained on public queries + DP labels only
             info = {"kind": "round", "round": r, "asked": len(idx), "answered": int(answered.sum()), "seconds": time.perf_counter() - t0,
                     "epsilon": mech.accountant.epsilon(delta=run.delta)}
             rounds.append(info)
@@ -277,17 +282,23 @@ class PrivateKnn(Method):
         }
 
 
-def next_round_features(opts: PknnOptions, student, first_phi):
-    """φ for the next round: the student's features, or (``round_features="student+first"``) them beside the first map."""
+def combine_features(opts: PknnOptions, first, student):
+    """φ after round 1 from its parts: the student's features, or (``round_features="student+first"``) them beside
+    the first map's, down-weighted by ``round_features_weight`` before a joint normalisation."""
     import torch
     import torch.nn.functional as F
 
+    if opts.round_features == "student":
+        return student
+    return F.normalize(torch.cat([first, opts.round_features_weight * student], 1), dim=1)
+
+
+def next_round_features(opts: PknnOptions, student, first_phi):
+    """φ for the next round as a function of x (the rounds themselves reuse the first map's features of the private set)."""
     from dpconvert.mechanisms.private_knn import student_features
 
     phi_s = student_features(student)
-    if opts.round_features == "student":
-        return phi_s
-    return lambda x: F.normalize(torch.cat([first_phi(x), opts.round_features_weight * phi_s(x)], 1), dim=1)
+    return lambda x: combine_features(opts, first_phi(x), phi_s(x))
 
 
 def _local_notes(n: int, opts: PknnOptions, delta: float) -> None:
