@@ -30,13 +30,27 @@ class PublicImageSource(nn.Module):
         self.num_classes = None
         self.nz = 7  # image, partner, shift y, shift x, flip, mix?, mix weight — all uniform via Φ(z)
 
-    def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+    @property
+    def num_sources(self) -> int:
+        return len(self.images)
+
+    def _draws(self, z: torch.Tensor):
         u = torch.special.ndtr(z[:, :7])
         n_img = len(self.images)
         first = (u[:, 0] * n_img).long().clamp(max=n_img - 1)
         second = (u[:, 1] * n_img).long().clamp(max=n_img - 1)
+        return u, first, second, u[:, 5] < self.mix_prob
+
+    def sources(self, z: torch.Tensor) -> torch.Tensor:
+        """(n, 2) indices of the public images each query is made of (−1: none): the image, and its mixup partner."""
+        _, first, second, mixed = self._draws(z)
+        second = torch.where(mixed & (second != first), second, torch.full_like(second, -1))
+        return torch.stack([first, second], 1)
+
+    def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        u, first, second, mixed = self._draws(z)
         x = self.images[first]
-        mix = (u[:, 5] < self.mix_prob).float()
+        mix = mixed.float()
         lam = self.mix_min + (1 - self.mix_min) * u[:, 6]
         w = (1 - mix * (1 - lam)).view(-1, 1, 1, 1)  # 1 when not mixing
         x = w * x + (1 - w) * self.images[second]

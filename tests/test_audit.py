@@ -152,6 +152,7 @@ def test_public_query_card_without_the_distinct_input_guard_fails(cli, zoo, tmp_
         (tmp_path / f"{name}.onnx.card.json").write_text(card.to_json())
     _, report, _ = _report(cli, tmp_path, tmp_path / "guarded.onnx", tmp_path / "old.onnx")
     checks = {m["path"].split("/")[-1]: {c["name"]: c for c in m["checks"]} for m in report["models"]}
-    assert checks["guarded.onnx"]["card consistent"]["ok"]
+    assert "consistent: mechanism.distinct_inputs" not in checks["guarded.onnx"]
+    assert "consistent: mechanism.public_images" in checks["guarded.onnx"]  # public queries must also say how much one image weighs
     old = checks["old.onnx"]["consistent: mechanism.distinct_inputs"]
     assert not old["ok"] and "understated" in old["detail"]

@@ -252,3 +252,33 @@ def test_large_delta_for_the_number_of_answers_is_warned(tmp_path, cli):
     assert code == 0, err
     warnings = json.loads((tmp_path / "s.onnx.card.json").read_text())["warnings"]
     assert any("1/(B·T) = 1/3000" in w and "--delta 0.0001" in w for w in warnings), warnings
+
+
+# ------------------------------------------------------------------ public-image queries: the per-image ε
+def test_public_image_queries_carry_a_per_image_epsilon(tmp_path, cli):
+    """Augmented copies of one public image are different queries, so the query-level ε says little about one image:
+    the card records the most rows one source image filled (m) and the ε for all of its answers (sensitivity √m·C)."""
+    from dpconvert.accounting import dpdfd, gaussian
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "pub.npz", x=rng.integers(0, 256, (1000, 8, 8)).astype(np.uint8))
+    out = tmp_path / "s.onnx"
+    code, _, err = cli("builtin:digits", "--public-data", tmp_path / "pub.npz", "--eps", "1", "--steps", "2", "--batch-size", "1000",
+                       "--epochs", "1", "--out", out)
+    assert code == 0, err
+    card = json.loads((tmp_path / "s.onnx.card.json").read_text())
+    images, g = card["mechanism"]["public_images"], card["guarantee"]
+    assert images["images"] == 1000 and 0 < images["images_queried"] <= 1000 and images["max_rows_per_image"] >= 2
+    sigma = card["mechanism"]["sigma"]
+    assert g["per_image_epsilon"] == pytest.approx(gaussian.epsilon(g["delta"], sigma / np.sqrt(images["max_rows_per_image"])))
+    assert g["per_image_epsilon"] > g["epsilon"] == pytest.approx(dpdfd.epsilon(sigma=sigma, steps=2, delta=g["delta"]))
+    assert cli("audit", out)[0] == 0
+    assert cli("audit", out, "--max-per-image-eps", str(g["per_image_epsilon"] / 2))[0] == 1
+    # a per-image ε below what m gives, or a dropped block, fails the audit (both copies forged, model hash unchanged);
+    # m itself is a fact about the public images, not the events: lowering it together with the ε needs a signature to catch
+    low = _rewrite_card(out, tmp_path / "low.onnx", lambda d: d["guarantee"].update(per_image_epsilon=d["guarantee"]["epsilon"]))
+    code, outp, _ = cli("audit", low)
+    assert code == 1 and "per_image_epsilon" in outp
+    dropped = _rewrite_card(out, tmp_path / "dropped.onnx", lambda d: (d["mechanism"].pop("public_images"), d["guarantee"].pop("per_image_epsilon")))
+    code, outp, _ = cli("audit", dropped)
+    assert code == 1 and "public_images" in outp

@@ -8,6 +8,7 @@ accountant from it (``load_state_dict``) and recomputes ε from scratch.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -116,6 +117,18 @@ class DpdfdAccountant(Accountant):
     def replace_one_epsilon(self, *, delta: float) -> float:
         """ε when one teacher answer is replaced by another (sensitivity 2C)."""
         return self.epsilons(delta=delta, scope="query_replace")["epsilon"]
+
+    def per_image_epsilon(self, *, delta: float, max_rows: int) -> float:
+        """ε under add/remove of every answer about one public source image that filled at most ``max_rows`` rows over
+        all releases: release t moves by √m_t·C, so the composition has 1/s² = Σ_t m_t/σ_t² ≤ max_rows / min σ²."""
+        from . import gaussian
+
+        if not self.events:
+            return 0.0
+        sigma = min(e.params["sigma"] for e in self.events)
+        if sigma <= 0:
+            return math.inf
+        return gaussian.epsilon(delta, sigma / math.sqrt(max(1, int(max_rows))))
 
     def cross_check(self, *, delta: float, scope: str = "query") -> dict[str, float]:
         """The same composition through dp_accounting's PLD and RDP accountants."""

@@ -34,6 +34,7 @@ class Policy:
     allow_seeded_noise: bool = False  # by default a card whose noise was seeded (not secret) fails
     require_signature: bool = False
     trusted_keys: Optional[str] = None  # a directory of *.pub Ed25519 keys (or one key file)
+    max_per_image_eps: Optional[float] = None  # public-image queries: bound the ε for all the answers about one source image
 
     def __post_init__(self) -> None:
         if self.require_scope not in (None, "query", "record"):
@@ -226,6 +227,13 @@ def _apply_policy(a: ModelAudit, data: dict, p: Policy) -> None:
     else:
         a.add("secret noise", not seeded, "" if not seeded else f"{', '.join(seeded)}: the DP noise was not secret (seeded from --seed, or "
               "not recorded): anyone with the seed can subtract it; reconvert without --seeded-noise")
+    if p.max_per_image_eps is not None:
+        v = (data.get("guarantee") or {}).get("per_image_epsilon")
+        if v is None:
+            a.add("policy max per-image ε", True, "no public-image queries")
+        else:
+            ok = _as_float(v) <= p.max_per_image_eps
+            a.add("policy max per-image ε", ok, "" if ok else f"per-image ε={_as_float(v):.4g} > {p.max_per_image_eps:g}")
     if p.min_accuracy is not None:
         acc = (data.get("utility") or {}).get("student_accuracy")
         ok = acc is not None and acc >= p.min_accuracy

@@ -21,7 +21,7 @@ GUARANTEE_KEYS = {"epsilon", "delta", "scope", "adjacency", "record_level_epsilo
 ACCOUNTING_KEYS = {"accountant", "epsilons", "cross_check", "libraries", "calibrated", "target_epsilon", "state", "note"}
 NOISE_KEYS = {"noise_rng", "noise_secret"}
 DPDFD_KEYS = {"method", "sigma", "clip", "batch_size", "releases", "distill_loss", "distinct_inputs", "query_source", "config",
-              "method_choice"} | NOISE_KEYS
+              "method_choice", "public_images"} | NOISE_KEYS
 DPDFD_REQUIRED = {"method", "sigma", "clip", "batch_size", "releases", "distinct_inputs", "config"} | NOISE_KEYS
 PKNN_KEYS = {"method", "k", "sampling_rate", "sampling", "sigma1", "threshold", "sigma2", "queries_asked", "queries_answered", "rounds",
              "features", "knn_search", "public_queries", "query_source", "labels", "config", "method_choice", "query_generator"} | NOISE_KEYS
@@ -134,7 +134,7 @@ def _check_events(p: Problems, accountant, data: dict) -> None:
 
 # ------------------------------------------------------------------ per accountant
 CHECKS: Registry[Callable] = Registry("card check")
-CHECKS_EXTRA_GUARANTEE = {"dpdfd": ("replace_one_epsilon",)}
+CHECKS_EXTRA_GUARANTEE = {"dpdfd": ("replace_one_epsilon", "per_image_epsilon")}
 
 
 def _check_dpdfd_block(p: Problems, m: dict, events: list, where: str, *, required: set, allowed: set) -> None:
@@ -163,6 +163,24 @@ def _check_dpdfd(p: Problems, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
     p.check(m.get("method") == "dpdfd", "mechanism.method", f"{m.get('method')!r} but the events are DPDFD releases")
     _check_dpdfd_block(p, m, accountant.events, "mechanism", required=DPDFD_REQUIRED, allowed=DPDFD_KEYS)
+    _check_public_images(p, m, accountant, data)
+
+
+def _check_public_images(p: Problems, m: dict, accountant, data: dict) -> None:
+    """Public-image queries: the card must say how many rows one source image filled, and the per-image ε that follows."""
+    g = data.get("guarantee") or {}
+    images = m.get("public_images")
+    if images is None:
+        p.check("public images" not in str(m.get("query_source", "")), "mechanism.public_images",
+                "missing for public-image queries (how many rows one source image filled: the per-image ε needs it)")
+        p.check("per_image_epsilon" not in g, "guarantee.per_image_epsilon", "given without mechanism.public_images")
+        return
+    rows = images.get("max_rows_per_image") if isinstance(images, dict) else None
+    if not p.check(isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1, "mechanism.public_images.max_rows_per_image",
+                   f"must be an integer ≥ 1, got {rows!r}"):
+        return
+    delta = float(g.get("delta", 0.5))
+    _claims_at_least(p, g.get("per_image_epsilon"), accountant.per_image_epsilon(delta=delta, max_rows=rows), "guarantee.per_image_epsilon")
 
 
 def _check_pknn_block(p: Problems, m: dict, events: list) -> None:

@@ -251,6 +251,7 @@ def audit(
     allow_seeded_noise: Annotated[bool, typer.Option("--allow-seeded-noise", help="Let models whose DP noise was seeded (--seeded-noise: reproducible, not secret) pass; by default they fail.", rich_help_panel="Policy")] = False,
     trusted_keys: Annotated[Optional[Path], typer.Option("--trusted-keys", help="A folder of *.pub Ed25519 keys (or one key): signatures by these keys are verified, others fail.", rich_help_panel="Policy")] = None,
     require_signature: Annotated[bool, typer.Option("--require-signature", help="Fail models whose card is not signed by a key in --trusted-keys.", rich_help_panel="Policy")] = False,
+    max_per_image_eps: Annotated[Optional[float], typer.Option("--max-per-image-eps", help="Fail DPDFD models on public-image queries whose ε for all the answers about one source image exceeds this.", rich_help_panel="Policy")] = None,
     require_secret_noise: Annotated[bool, typer.Option("--require-secret-noise", hidden=True, help="Kept for old CI configs: secret noise is now always required unless --allow-seeded-noise.")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the full report as JSON to this file.")] = None,
     members: Annotated[Optional[str], typer.Option("--members", help="Data the model was trained on (labelled).", rich_help_panel=MIA)] = None,
@@ -272,7 +273,7 @@ def audit(
 
     try:
         policy = Policy(max_eps, max_delta, require_scope, max_record_eps, min_accuracy, allow_missing, allow_seeded_noise, require_signature,
-                        str(trusted_keys) if trusted_keys else None)
+                        str(trusted_keys) if trusted_keys else None, max_per_image_eps)
         results = run_audit(paths, policy)
         if (members is None) != (non_members is None):
             raise DpconvertError("membership inference needs both --members and --non-members")

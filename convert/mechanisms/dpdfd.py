@@ -226,6 +226,8 @@ class Dpdfd:
         self.accountant = accountant
         self.opt_s = torch.optim.Adam(self.student.parameters(), lr=cfg.student_lr)
         self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=cfg.generator_lr) if self.generator is not None else None
+        self.source_rows: Optional[torch.Tensor] = None  # rows released per public source image (public-image queries)
+        self._last_sources: Optional[torch.Tensor] = None
         self.buffer_x: list[torch.Tensor] = []
         self.buffer_y: list[torch.Tensor] = []
         self.rng = torch.Generator(device="cpu").manual_seed(cfg.seed)
@@ -265,21 +267,30 @@ class Dpdfd:
     @torch.no_grad()
     def synthesise(self, n: int) -> torch.Tensor:
         """n fresh inputs: a ``prior_fraction`` share from the prior, the rest from the generator."""
+        return self.synthesise_with_sources(n)[0]
+
+    @torch.no_grad()
+    def synthesise_with_sources(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(n inputs, (n, 2) indices of the public images each is made of, −1 where none: generated or prior inputs)."""
         n_prior = n if self.generator is None else (0 if self.prior is None else int(round(n * self.cfg.prior_fraction)))
-        parts = []
+        parts, sources = [], []
         if n_prior:
             pool = self.cfg.prior_pool if self.buffer_x else 1
             z, _ = self.sample(n_prior * pool, self.prior.nz)
             xp = _batched(lambda i: self.prior(z[i]), torch.arange(len(z)), 4096)
+            src = self.prior.sources(z) if hasattr(self.prior, "sources") else torch.full((len(z), 2), -1, dtype=torch.long)
             if pool > 1:
-                xp = xp[self._select_balanced(xp, n_prior)]
+                keep = self._select_balanced(xp, n_prior)
+                xp, src = xp[keep], src[keep]
             parts.append(xp)
+            sources.append(src.cpu())
         if n - n_prior:
             z, labels = self.sample(n - n_prior)
             self.generator.eval()
             parts.append(_batched(lambda i: self._generate(z[i], labels[i]), torch.arange(n - n_prior), 1024))
+            sources.append(torch.full((n - n_prior, 2), -1, dtype=torch.long))
             self.generator.train()
-        return torch.cat(parts)
+        return torch.cat(parts), torch.cat(sources)
 
     @torch.no_grad()
     def probe_inputs(self, n: int) -> torch.Tensor:
@@ -301,15 +312,34 @@ class Dpdfd:
         shift and flip) are replaced by fresh draws. Continuous priors never repeat,
         and then this costs one sort and changes nothing.
         """
-        x = self.synthesise(n)
+        x, src = self.synthesise_with_sources(n)
         for _ in range(max_rounds):
-            x = x[first_occurrences(x)]
+            keep = first_occurrences(x)
+            x, src = x[keep], src[keep]
             if len(x) >= n:
+                self._last_sources = src[:n]
                 return x[:n]
-            x = torch.cat([x, self.synthesise(n - len(x))])
+            more, more_src = self.synthesise_with_sources(n - len(x))
+            x, src = torch.cat([x, more]), torch.cat([src, more_src])
         raise DpconvertError(
             f"the query source gave only {len(first_occurrences(x))} distinct inputs for a release of {n}: lower "
             f"--batch-size, or give more --public-data images")
+
+    def _count_source_rows(self, src: torch.Tensor) -> None:
+        """Rows released per public source image, over every release (for the per-image ε)."""
+        n_sources = getattr(self.prior, "num_sources", None)
+        if n_sources is None:
+            return
+        if self.source_rows is None:
+            self.source_rows = torch.zeros(n_sources, dtype=torch.long)
+        self.source_rows += torch.bincount(src[src >= 0], minlength=n_sources)
+
+    def public_image_counts(self) -> Optional[dict]:
+        """How many public images the released rows came from, and the most rows any one of them filled (m)."""
+        if self.source_rows is None:
+            return None
+        return {"images": int(len(self.source_rows)), "images_queried": int((self.source_rows > 0).sum()),
+                "max_rows_per_image": int(self.source_rows.max())}
 
     # ------------------------------------------------------------ one round
     def release(self) -> dict:
@@ -332,6 +362,7 @@ class Dpdfd:
             del t_logits  # nothing un-noised from the teacher survives this function
             g_noisy = self.mechanism.release(g)
             del g
+            self._count_source_rows(self._last_sources)
             if cfg.student_target == "score":
                 y_s = label_log_likelihood(s_logits, g_noisy, self.mechanism)
             else:

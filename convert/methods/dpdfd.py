@@ -167,6 +167,11 @@ class Dpdfd(Method):
                         job.mechanism.zeroed_rows)
         eps_spent = self._check_spent(accountant, plan, run, opts)
         mechanism = self._mechanism_block(run, opts, plan, cfg, noise_info, source, generator)
+        guarantee = self._guarantee(run, plan)
+        images = job.public_image_counts()
+        if images is not None:  # public queries: how much one source image weighs, and the ε for all of its answers
+            mechanism["public_images"] = images
+            guarantee["per_image_epsilon"] = card_number(accountant.per_image_epsilon(delta=run.delta, max_rows=images["max_rows_per_image"]))
         extra = {}
         if opts.save_generator:
             from dpconvert.generators.saved import generator_bytes
@@ -175,8 +180,8 @@ class Dpdfd(Method):
             extra[opts.save_generator] = generator_bytes(generator, opts.generator, spec, cost)
         return MethodOutput(
             student=student, student_name=student_name, probe=job.synthesise(run.parity_inputs), rounds=rounds, warnings=warnings,
-            extra_files=extra, generator=generator, mechanism=mechanism,
-            guarantee=self._guarantee(run, plan), accounting=self._accounting(run, plan, accountant))
+            extra_files=extra, generator=generator, mechanism=mechanism, guarantee=guarantee,
+            accounting=self._accounting(run, plan, accountant))
 
     # ------------------------------------------------------------ pieces of run
     def _warnings(self, run, plan) -> list:
