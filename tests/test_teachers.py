@@ -122,3 +122,29 @@ def test_version(cli):
 
     code, out, _ = cli("--version")
     assert code == 0 and dpconvert.__version__ in out
+
+
+def test_pickled_timm_module_needs_only_its_input_size(tmp_path):
+    """num_classes comes from the module (timm's attribute, or a forward pass); mean/std from its pretrained_cfg."""
+    import timm
+
+    from dpconvert.io.teachers import NORMALISATION_UNKNOWN, LoadOptions, load_teacher
+
+    model = timm.create_model("resnet18", pretrained=False, num_classes=7, in_chans=1).eval()
+    torch.save(model, tmp_path / "m.pt")
+    t = load_teacher(str(tmp_path / "m.pt"), LoadOptions(trust_pickle=True, input_size=(1, 32, 32)))
+    assert t.spec.num_classes == 7 and t.spec.shape == (1, 32, 32)
+    assert NORMALISATION_UNKNOWN in t.warnings  # 3-channel ImageNet stats do not fit one channel: no silent guess
+    from conftest import TinyCNN
+
+    plain = TinyCNN().eval()
+    torch.save(plain, tmp_path / "plain.pt")
+    t = load_teacher(str(tmp_path / "plain.pt"), LoadOptions(trust_pickle=True, input_size=(1, 28, 28)))
+    assert t.spec.num_classes == 10 and NORMALISATION_UNKNOWN in t.warnings  # counted by a forward pass
+    t = load_teacher(str(tmp_path / "plain.pt"), LoadOptions(trust_pickle=True, input_size=(1, 28, 28), mean=(0.5,), std=(0.2,)))
+    assert NORMALISATION_UNKNOWN not in t.warnings
+    rgb = timm.create_model("resnet18", pretrained=False, num_classes=5).eval()
+    torch.save(rgb, tmp_path / "rgb.pt")
+    t = load_teacher(str(tmp_path / "rgb.pt"), LoadOptions(trust_pickle=True))  # input size from its pretrained_cfg
+    assert t.spec.shape == (3, 224, 224) and t.spec.num_classes == 5 and NORMALISATION_UNKNOWN not in t.warnings
+    assert t.spec.mean == tuple(rgb.pretrained_cfg["mean"])

@@ -113,6 +113,37 @@ def _spec_from(base: Optional[InputSpec], opts: LoadOptions, what: str) -> Input
     return InputSpec(c, h, w, k, mean if mean is not None else (0.0,), std if std is not None else (1.0,))
 
 
+NORMALISATION_UNKNOWN = ("input normalisation unknown: assuming mean 0, std 1 (pixels in [0, 1]); pass --mean/--std if the model "
+                         "expects otherwise")
+
+
+def _normalisation_warnings(known: bool, opts: LoadOptions) -> list[str]:
+    """A warning when neither the source nor the flags say how inputs are normalised (mean 0, std 1 is then a guess)."""
+    return [] if known or (opts.mean is not None and opts.std is not None) else [NORMALISATION_UNKNOWN]
+
+
+def _module_spec(module, opts: LoadOptions) -> tuple[Optional[InputSpec], bool]:
+    """(spec, normalisation known) from a module itself: timm's ``pretrained_cfg`` (input size, mean, std), its
+    ``num_classes`` attribute, or a forward pass at the given input size to count the classes."""
+    import torch
+
+    cfg = getattr(module, "pretrained_cfg", None) or {}
+    size = opts.input_size or (tuple(cfg["input_size"]) if cfg.get("input_size") else None)
+    if size is None:
+        return None, False
+    k = opts.num_classes or getattr(module, "num_classes", None)
+    if not k:
+        try:
+            k = _try_classes(module.eval(), torch.zeros(2, *size))
+        except Exception:  # noqa: BLE001 - user code; the class count then has to come from --num-classes
+            k = None
+    if not k:
+        return None, False
+    mean, std = cfg.get("mean"), cfg.get("std")
+    known = mean is not None and std is not None and len(mean) == size[0]
+    return InputSpec(*size, int(k), tuple(mean) if known else (0.0,), tuple(std) if known else (1.0,)), known
+
+
 def _torch_forward(module, device: str, channels_last: bool = False) -> Callable:
     """Forward in inference mode on ``device``. ``channels_last``: an eager module (our own code paths: builtin, state
     dicts, timm, pickled modules) runs in NHWC layout, which CPU convolutions run ~2-3× faster (benchmarks/RESULTS.md);
@@ -247,7 +278,7 @@ def load_onnx(source: str, opts: LoadOptions) -> Teacher:
     spec = _spec_from(base, opts, source)
     warnings = []
     if opts.mean is None and opts.std is None:
-        warnings.append("ONNX teacher: input normalisation unknown, assuming mean=0, std=1 (pixels in [0,1]); pass --mean/--std if the model expects otherwise")
+        warnings.append("ONNX teacher: " + NORMALISATION_UNKNOWN)
     name = inp.name
 
     def forward(x):
@@ -288,7 +319,8 @@ def load_exported(source: str, opts: LoadOptions) -> Teacher:
     if args and getattr(args[0], "ndim", 0) == 4 and not _accepts_batch(forward, args[0], args[0].shape[0] + 1):
         forward = fixed_batch(forward, int(args[0].shape[0]))
     return Teacher(forward, _spec_from(base, opts, source), "torch.export", source,
-                   f"torch.export program {path.name}", file_sha256(path), "torch.export", _num_params(module), module)
+                   f"torch.export program {path.name}", file_sha256(path), "torch.export", _num_params(module), module,
+                   _normalisation_warnings(False, opts))
 
 
 def _accepts_batch(forward, example, batch: int) -> bool:
@@ -370,7 +402,8 @@ def load_torch_file(source: str, opts: LoadOptions) -> Teacher:
         except Exception as e:
             raise DpconvertError(f"{source}: corrupt TorchScript file ({str(e).splitlines()[0][:160]}); re-save it with torch.jit.save") from None
         return Teacher(_torch_forward(module, opts.device), _spec_from(None, opts, source), "torchscript", source,
-                       f"TorchScript module {path.name}", sha, "torchscript", _num_params(module), module)
+                       f"TorchScript module {path.name}", sha, "torchscript", _num_params(module), module,
+                       _normalisation_warnings(False, opts))
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -385,9 +418,11 @@ def load_torch_file(source: str, opts: LoadOptions) -> Teacher:
     except (RuntimeError, EOFError, OSError, ValueError) as e:
         raise DpconvertError(f"{source}: corrupt or unreadable checkpoint ({str(e).splitlines()[0][:160]}); re-save it with torch.save") from None
     if isinstance(obj, torch.nn.Module):
-        return Teacher(_torch_forward(obj, opts.device, channels_last=True), _spec_from(None, opts, source), "pickled-module", source,
+        base, known = _module_spec(obj, opts)
+        return Teacher(_torch_forward(obj, opts.device, channels_last=True), _spec_from(base, opts, source), "pickled-module", source,
                        f"pickled nn.Module {type(obj).__name__} from {path.name} (loaded with --trust-pickle)", sha,
-                       type(obj).__name__, _num_params(obj), obj, ["teacher loaded by unpickling (--trust-pickle): the file could run code"])
+                       type(obj).__name__, _num_params(obj), obj,
+                       ["teacher loaded by unpickling (--trust-pickle): the file could run code"] + _normalisation_warnings(known, opts))
     state = _unwrap_state_dict(obj, source)
     return _from_state_dict(state, opts.arch, None, opts, kind="state_dict", source=source, sha=sha)
 
@@ -438,7 +473,8 @@ def _from_state_dict(state: dict, arch: Optional[str], base: Optional[InputSpec]
             f"{source}: weights do not fit --arch {arch} (missing {missing[:3]}, unexpected {unexpected[:3]}); check --arch"
         )
     return Teacher(_torch_forward(module, opts.device, channels_last=True), spec, kind, source,
-                   f"{arch} from {Path(source).name if not source.startswith('builtin:') else source} ({kind})", sha, arch, _num_params(module), module)
+                   f"{arch} from {Path(source).name if not source.startswith('builtin:') else source} ({kind})", sha, arch, _num_params(module), module,
+                   _normalisation_warnings(base is not None, opts))
 
 
 def _first_mismatch(text: str) -> str:
