@@ -282,3 +282,22 @@ def test_public_image_queries_carry_a_per_image_epsilon(tmp_path, cli):
     dropped = _rewrite_card(out, tmp_path / "dropped.onnx", lambda d: (d["mechanism"].pop("public_images"), d["guarantee"].pop("per_image_epsilon")))
     code, outp, _ = cli("audit", dropped)
     assert code == 1 and "public_images" in outp
+
+
+def test_hugging_face_model_card(dpdfd_model, tmp_path, cli):
+    import yaml
+
+    readme = tmp_path / "README.md"
+    assert cli("card", "export", dpdfd_model, "--format", "hf", "--out", readme, "--license", "apache-2.0")[0] == 0
+    text = readme.read_text()
+    assert text.startswith("---\n")
+    front = yaml.safe_load(text.split("---\n")[1])
+    assert front["license"] == "apache-2.0" and "differential-privacy" in front["tags"] and "dp-scope-query" in front["tags"]
+    assert "# Privacy card" in text and "dpconvert audit" in text
+    assert cli("card", "export", dpdfd_model, "--format", "pdf", "--out", tmp_path / "x.md")[0] == 1
+    # with evaluation data, the accuracy goes into model-index, labelled as outside the guarantee
+    assert cli("builtin:digits", "--eps", "1", *FAST, "--eval-data", "builtin:digits", "--out", tmp_path / "e.onnx")[0] == 0
+    assert cli("card", "export", tmp_path / "e.onnx.card.json", "--out", readme)[0] == 0
+    front = yaml.safe_load(readme.read_text().split("---\n")[1])
+    metric = front["model-index"][0]["results"][0]["metrics"][0]
+    assert metric["type"] == "accuracy" and 0 < metric["value"] <= 1 and "not covered" in metric["name"]

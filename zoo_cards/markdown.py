@@ -28,6 +28,8 @@ def render_markdown(card: PrivacyCard) -> str:
         "",
         f"- Record-level worst case (add/remove one training record of the teacher): ε = {_fmt(g['record_level_epsilon'])}",
     ]
+    if "per_image_epsilon" in g:
+        lines.append(f"- All the answers about one public query image (public-image queries): ε = {_fmt(g['per_image_epsilon'])}")
     if "replace_one_epsilon" in g:
         lines.append(f"- Replace-one adjacency at the same scope: ε = {_fmt(g['replace_one_epsilon'])}")
     lines += ["- Covered: " + "; ".join(g["covers"]), "- Not covered: " + "; ".join(g["not_covered"]), "", "## Accounting", ""]

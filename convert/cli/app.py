@@ -358,6 +358,32 @@ def card_verify(
         raise typer.Exit(1)
 
 
+@card_app.command("export")
+def card_export(
+    file: Annotated[Path, typer.Argument(help="An ONNX model with an embedded card, or a *.card.json.")],
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="Where to write the model card (e.g. README.md of a Hub repository).")],
+    fmt: Annotated[str, typer.Option("--format", help="hf: a Hugging Face model card (YAML front matter + Markdown).")] = "hf",
+    license: Annotated[str, typer.Option("--license", help="The license tag for the front matter.")] = "other",
+) -> None:
+    """Write a model card for where people look: a Hugging Face README with the privacy section and metrics."""
+    from dpconvert.io.atomic import AtomicOutputs
+    from dpconvert.zoo_cards import PrivacyCard, extract_card
+    from dpconvert.zoo_cards.hf import render_hf_model_card
+    from dpconvert.zoo_cards.onnx_meta import load_onnx
+
+    if fmt != "hf":
+        raise DpconvertError(f"unknown --format {fmt!r}; choose hf")
+    if file.suffix.lower() == ".onnx":
+        card = extract_card(load_onnx(str(file)), file.name) if file.exists() else None
+        if card is None:
+            raise DpconvertError(f"{file}: no such model or no embedded privacy card")
+    else:
+        card = PrivacyCard.read(file)
+    with AtomicOutputs() as o:
+        o.write(out_path, render_hf_model_card(card, license=license))
+    out.print(f"wrote {out_path}", markup=False)
+
+
 @card_app.command("keygen")
 def card_keygen(path: Annotated[Path, typer.Argument(help="Where to write the private key (mode 0600); the public key goes to PATH.pub.")]) -> None:
     """Create an Ed25519 key pair for signing cards. Keep PATH secret (a CI secret); publish PATH.pub to auditors."""
