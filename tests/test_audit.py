@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import onnx
 from conftest import tamper_weights
@@ -156,3 +157,14 @@ def test_public_query_card_without_the_distinct_input_guard_fails(cli, zoo, tmp_
     assert "consistent: mechanism.public_images" in checks["guarded.onnx"]  # public queries must also say how much one image weighs
     old = checks["old.onnx"]["consistent: mechanism.distinct_inputs"]
     assert not old["ok"] and "understated" in old["detail"]
+
+
+def test_markdown_summary_and_pre_commit_hook(cli, zoo, tmp_path):
+    import yaml
+
+    summary = tmp_path / "summary.md"
+    code, _, _ = cli("audit", zoo / "good", zoo / "tampered.onnx", "--markdown", summary)
+    text = summary.read_text()
+    assert code == 1 and "### dpconvert audit: 2/3 pass" in text and "| student0.onnx | ✅ pass |" in text and "❌ FAIL" in text
+    hooks = yaml.safe_load((Path(__file__).parents[1] / ".pre-commit-hooks.yaml").read_text())
+    assert hooks[0]["id"] == "dpconvert-audit" and hooks[0]["entry"] == "dpconvert audit"

@@ -254,6 +254,7 @@ def audit(
     max_per_image_eps: Annotated[Optional[float], typer.Option("--max-per-image-eps", help="Fail DPDFD models on public-image queries whose ε for all the answers about one source image exceeds this.", rich_help_panel="Policy")] = None,
     require_secret_noise: Annotated[bool, typer.Option("--require-secret-noise", hidden=True, help="Kept for old CI configs: secret noise is now always required unless --allow-seeded-noise.")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the full report as JSON to this file.")] = None,
+    markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Append the result table as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).")] = None,
     members: Annotated[Optional[str], typer.Option("--members", help="Data the model was trained on (labelled).", rich_help_panel=MIA)] = None,
     non_members: Annotated[Optional[str], typer.Option("--non-members", help="Data it was not trained on (labelled).", rich_help_panel=MIA)] = None,
     teacher: Annotated[Optional[str], typer.Option("--teacher", help="Also attack this teacher, side by side.", rich_help_panel=MIA)] = None,
@@ -300,6 +301,11 @@ def audit(
             report["membership_inference"] = mia
         with AtomicOutputs() as o:
             o.write(json_path, json.dumps(report, indent=2, default=str) + "\n")
+    if markdown_path is not None:
+        from .render import audit_markdown
+
+        with open(markdown_path, "a", encoding="utf-8") as f:
+            f.write(audit_markdown(results))
     if not all(r.passed for r in results):
         raise typer.Exit(1)
 

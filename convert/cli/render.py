@@ -167,3 +167,19 @@ def membership_table(results, members, non_members, teacher, limit, plot, load_o
     if plot is not None:
         plot_roc(curves, str(plot))
     return report
+
+
+def audit_markdown(results) -> str:
+    """The audit table as Markdown (a CI job summary)."""
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"### dpconvert audit: {sum(r.passed for r in results)}/{len(results)} pass", "",
+             "| model | result | ε (card / recomputed) | δ | scope | record-level ε | why |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        eps = "—" if r.epsilon is None else f"{r.epsilon:.4g} / " + (f"{r.recomputed_epsilon:.4g}" if r.recomputed_epsilon is not None else "?")
+        lines.append("| " + " | ".join(cell(v) for v in (
+            Path(r.path).name, "✅ pass" if r.passed else "❌ FAIL", eps, "—" if r.delta is None else f"{r.delta:g}", r.scope or "—",
+            "—" if r.record_level_epsilon is None else f"{r.record_level_epsilon:.4g}", "; ".join(r.failures()))) + " |")
+    return "\n".join(lines) + "\n\n"
+
