@@ -136,10 +136,14 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
 
 
 def _run_block(run: RunOptions, profile) -> dict:
-    """How the run went (not privacy-relevant): device, threads, time per phase, peak memory."""
+    """How the run went: device, threads, time per phase, peak memory. With private data the timings and item counts
+    scale with the private set (its size could be read back from them), so they stay on the operator's console."""
     import torch
 
-    return {"device": run.device, "torch_threads": torch.get_num_threads(), **(profile.to_dict() if profile is not None else {})}
+    block = {"device": run.device, "torch_threads": torch.get_num_threads()}
+    if run.private_data:
+        return {**block, "timings": "not recorded: with private data they depend on its size (shown on the console only)"}
+    return {**block, **(profile.to_dict() if profile is not None else {})}
 
 
 def evaluate(teacher, student, ds) -> dict:

@@ -301,3 +301,11 @@ def test_hugging_face_model_card(dpdfd_model, tmp_path, cli):
     front = yaml.safe_load(readme.read_text().split("---\n")[1])
     metric = front["model-index"][0]["results"][0]["metrics"][0]
     assert metric["type"] == "accuracy" and 0 < metric["value"] <= 1 and "not covered" in metric["name"]
+
+
+def test_timings_that_scale_with_the_private_set_stay_off_the_card(tmp_path, cli):
+    code, outp, err = cli("builtin:digits", *PKNN_FAST, "--public-data", "builtin:digits", "--eps", "8", "--profile", "--out", tmp_path / "s.onnx")
+    assert code == 0, err
+    assert "time per phase" in outp  # the operator sees them
+    run = json.loads((tmp_path / "s.onnx.card.json").read_text())["run"]
+    assert "phase_seconds" not in run and "items_per_second" not in run and "not recorded" in run["timings"]
