@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import DpconvertError
 from ..registry import Registry
+from .adjacency import ADJACENCY_GENERATOR_PKNN, ADJACENCY_QUERY, ADJACENCY_RECORD  # noqa: F401  (one definition, used by plans and cards)
 
 
 @dataclass
@@ -77,7 +78,6 @@ class Accountant(ABC):
 
 _INT_PARAMS = {"batch_size", "k", "num_classes"}
 
-from .adjacency import ADJACENCY_GENERATOR_PKNN, ADJACENCY_QUERY, ADJACENCY_RECORD  # noqa: E402,F401
 
 ACCOUNTANTS: Registry[type] = Registry("accountant")
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 
 from . import gaussian
+from .adjacency import ADJACENCY_QUERY  # noqa: F401  (one definition, used by plans and cards)
 
-from .adjacency import ADJACENCY_QUERY  # noqa: E402,F401  (one definition, used by plans and cards)
 ADJACENCY_RECORD = "add/remove one record of the teacher's private training set (worst case: every answer of every step may change)"
 
 

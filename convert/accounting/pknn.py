@@ -25,11 +25,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .screening import screening_rdp
+from .adjacency import ADJACENCY_RECORD  # noqa: F401  (one definition, used by plans and cards)
 
 # Integer orders: the general Poisson amplification bound is evaluated at integers.
 RDP_ORDERS: tuple[int, ...] = tuple(range(2, 65)) + (72, 80, 96, 128, 160, 192, 256)
-
-from .adjacency import ADJACENCY_RECORD  # noqa: E402,F401  (one definition, used by plans and cards)
 
 
 @dataclass(frozen=True)
