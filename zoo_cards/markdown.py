@@ -8,6 +8,8 @@ from .card import PrivacyCard
 def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
+    if isinstance(v, list):  # e.g. AdLM's corrections: numbered, in one table cell
+        return " ".join(f"({i}) {_fmt(x)}" for i, x in enumerate(v, 1))
     return str(v)
 
 

@@ -10,7 +10,7 @@ import math
 from typing import Callable
 
 from ..errors import DpconvertError
-from . import dpdfd, gaussian, pknn
+from . import dpdfd, dpsgd, gaussian, pknn
 
 
 def smallest_sigma(eps_of_sigma: Callable[[float], float], target: float, *, rel_tol: float = 1e-4, hi: float = 1.0) -> float:
@@ -68,6 +68,24 @@ def pknn_sigma2(plan: pknn.PknnPlan, *, eps: float, delta: float) -> float:
             f"screening alone already costs ε={floor:.3f} ≥ {eps}; raise --sigma1, lower --sampling-rate or ask fewer queries"
         )
     return smallest_sigma(lambda s2: pknn.epsilons(replace(plan, sigma2=s2), delta)["epsilon"], eps, rel_tol=1e-3)
+
+
+def dpsgd_sigma(*, eps: float, delta: float, sampling_rate: float, steps: int, count_sigma: float) -> float:
+    """σ for DP-SGD (``accounting/dpsgd.py``): searched on a coarse PLD grid, then raised until the reported bound at
+    the card's discretisation meets the target."""
+    _check(eps, delta, steps)
+
+    def eps_of(sigma: float, discretization: float) -> float:
+        t = dpsgd.terms(sigma=sigma, sampling_rate=sampling_rate, steps=steps, count_sigma=count_sigma)
+        return dpsgd.epsilons(t, delta, discretization=discretization)["epsilon"]
+
+    floor = eps_of(1e6, dpsgd.PLD_DISCRETIZATION)
+    if floor >= eps:
+        raise DpconvertError(f"the noisy record count alone costs ε={floor:.3f} ≥ {eps}; raise `count_sigma` or `eps`")
+    sigma = smallest_sigma(lambda s: eps_of(s, dpsgd.SEARCH_DISCRETIZATION), eps, rel_tol=1e-3)
+    while eps_of(sigma, dpsgd.PLD_DISCRETIZATION) > eps:  # the fine grid may be a hair above the coarse one
+        sigma *= 1.002
+    return sigma
 
 
 def _check(eps: float, delta: float, steps: int) -> None:

@@ -42,5 +42,21 @@ def epsilon(terms: Iterable[Term], delta: float, *, accountant: str = "pld", dis
         acc = rdp_privacy_accountant.RdpAccountant()
     else:
         raise ValueError(f"unknown accountant {accountant!r} (pld or rdp)")
-    acc.compose(event)
-    return float(acc.get_epsilon(float(delta)))
+    with _quiet_absl():
+        acc.compose(event)
+        return float(acc.get_epsilon(float(delta)))
+
+
+class _quiet_absl:
+    """dp_accounting's RDP logs (through absl) every order it drops as non-convergent during a σ search; dropping an
+    order only loosens that accountant's bound, so the messages are noise for our users."""
+
+    def __enter__(self):
+        import logging
+
+        self.logger = logging.getLogger("absl")
+        self.level = self.logger.level
+        self.logger.setLevel(logging.ERROR)
+
+    def __exit__(self, *exc):
+        self.logger.setLevel(self.level)

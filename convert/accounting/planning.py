@@ -9,7 +9,7 @@ import logging
 from dataclasses import replace
 from typing import Optional
 
-from dpconvert.accounting import calibrate, dpdfd, pknn
+from dpconvert.accounting import calibrate, dpdfd, dpsgd, pknn
 from dpconvert.errors import DpconvertError
 
 log = logging.getLogger("dpconvert")
@@ -87,4 +87,24 @@ def plan_pknn(*, eps: Optional[float], delta: float, k: int, sampling_rate: floa
         "accountants": {k_: v for k_, v in eps_all.items() if k_ != "epsilon"},
         "scope": "record",
         "adjacency": pknn.ADJACENCY_RECORD,
+    }
+
+
+def plan_dpsgd(*, eps: Optional[float], delta: float, sampling_rate: float, steps: int, clip: float, sigma: Optional[float],
+               count_sigma: float) -> dict:
+    """σ for DP-SGD's (q, T) — or ε for a given σ — by PLD (reported) and RDP."""
+    check_delta(delta, None)
+    calibrated = sigma is None
+    if calibrated:
+        if eps is None:
+            raise DpconvertError("give `eps` (to calibrate σ) or `sigma` (to compute ε)")
+        sigma = calibrate.dpsgd_sigma(eps=eps, delta=delta, sampling_rate=sampling_rate, steps=steps, count_sigma=count_sigma)
+    eps_all = dpsgd.epsilons(dpsgd.terms(sigma=sigma, sampling_rate=sampling_rate, steps=steps, count_sigma=count_sigma), delta)
+    return {
+        "method": "dpsgd", "sigma": sigma, "clip": clip, "sampling_rate": sampling_rate, "steps": steps, "count_sigma": count_sigma,
+        "delta": delta, "target_epsilon": eps, "calibrated": calibrated, "epsilon": eps_all["epsilon"],
+        "accountants": {k: v for k, v in eps_all.items() if k != "epsilon"}, "scope": "record", "adjacency": pknn.ADJACENCY_RECORD,
+        "rows": [("noise multiplier σ", f"{sigma:.4f}" + (" (calibrated)" if calibrated else "")), ("clip C", f"{clip:g}"),
+                 ("sampling rate q (Poisson)", f"{sampling_rate:g}"), ("noisy steps T", str(steps)), ("σ of the noisy count", f"{count_sigma:g}")],
+        "progress": {"label": "DP-SGD steps", "total": steps},
     }

@@ -26,6 +26,12 @@ DPDFD_REQUIRED = {"method", "sigma", "clip", "batch_size", "releases", "distinct
 PKNN_KEYS = {"method", "k", "sampling_rate", "sampling", "sigma1", "threshold", "sigma2", "queries_asked", "queries_answered", "rounds",
              "features", "knn_search", "public_queries", "query_source", "labels", "config", "method_choice", "query_generator"} | NOISE_KEYS
 PKNN_REQUIRED = {"method", "k", "sampling_rate", "sigma1", "threshold", "sigma2", "queries_asked", "queries_answered", "config"} | NOISE_KEYS
+DPSGD_KEYS = {"method", "sigma", "clip", "sampling_rate", "steps", "count_sigma", "sampling", "engine", "trained", "labels", "teacher",
+              "learning_rate_scale", "config", "method_choice"} | NOISE_KEYS
+DPSGD_REQUIRED = {"method", "sigma", "clip", "sampling_rate", "steps", "count_sigma", "config"} | NOISE_KEYS
+ADLM_KEYS = {"method", "epsilon_relevance", "epsilon_coefficients", "relevance_power", "features", "loss", "labels", "teacher", "corrections",
+             "config", "method_choice"} | NOISE_KEYS
+ADLM_REQUIRED = {"method", "epsilon_relevance", "epsilon_coefficients", "corrections", "config"} | NOISE_KEYS
 GENERATOR_KEYS = {"file", "file_sha256", "trained_in_this_run", "architecture", "teacher_sha256", "dpdfd_epsilon_at_its_delta", "its_delta",
                   "samples", "dpdfd"}
 GENERATOR_DPDFD_KEYS = {"sigma", "clip", "batch_size", "releases", "query_source", "noise_rng", "noise_secret", "distinct_inputs"}
@@ -237,6 +243,48 @@ def _check_generator_pknn(p: Problems, accountant, data: dict) -> None:
         _claims_at_least(p, info.get("dpdfd_epsilon_at_its_delta"), gen_acc.epsilon(delta=its_delta), "mechanism.query_generator.dpdfd_epsilon_at_its_delta")
     except (TypeError, ValueError):
         p.append(("mechanism.query_generator.its_delta", "not a number"))
+
+
+@CHECKS.register("dpsgd")
+def _check_dpsgd(p: Problems, accountant, data: dict) -> None:
+    m = data.get("mechanism") or {}
+    p.keys(m, "mechanism", DPSGD_KEYS, DPSGD_REQUIRED)
+    p.check(m.get("method") == "dp-sgd", "mechanism.method", f"{m.get('method')!r} but the events are DP-SGD steps")
+    steps = [e for e in accountant.events if e.mechanism == "subsampled_gaussian"]
+    counts = [e for e in accountant.events if e.mechanism == "gaussian_count"]
+    p.check(m.get("steps") == sum(e.count for e in steps), "mechanism.steps", f"{m.get('steps')!r} but the events hold {sum(e.count for e in steps)} steps")
+    p.check(sum(e.count for e in counts) == 1, "accounting.state.events", "DP-SGD draws exactly one noisy record count")
+    for e in steps:
+        for key in ("sigma", "clip", "sampling_rate"):
+            _same(p, m, key, e.params.get(key), "mechanism")
+    for e in counts:
+        _same(p, m, "count_sigma", e.params.get("sigma"), "mechanism")
+    cfg = m.get("config")
+    if isinstance(cfg, dict):
+        for key in ("sigma", "clip", "sampling_rate", "count_sigma"):
+            if cfg.get(key) is not None and key in m:
+                _same(p, cfg, key, m[key], "mechanism.config")
+        if isinstance(cfg.get("epochs"), int) and isinstance(cfg.get("sampling_rate"), (int, float)) and cfg["sampling_rate"] > 0:
+            p.check(m.get("steps") == cfg["epochs"] * int(1 / cfg["sampling_rate"]), "mechanism.config.epochs",
+                    "epochs·⌊1/q⌋ differs from the steps the events hold")
+
+
+@CHECKS.register("laplace")
+def _check_adlm(p: Problems, accountant, data: dict) -> None:
+    m = data.get("mechanism") or {}
+    p.keys(m, "mechanism", ADLM_KEYS, ADLM_REQUIRED)
+    p.check(m.get("method") == "adlm", "mechanism.method", f"{m.get('method')!r} but the events are the Adaptive Laplace Mechanism's")
+    scales = [e.params.get("scale") for e in accountant.events for _ in range(e.count)]
+    p.check(len(scales) == 2 and all(e.params.get("l1_sensitivity") == 1.0 for e in accountant.events), "accounting.state.events",
+            "AdLM makes exactly two Laplace releases of sensitivity 1")
+    if len(scales) == 2:
+        _same(p, m, "epsilon_relevance", 1.0 / scales[0], "mechanism")
+        _same(p, m, "epsilon_coefficients", 1.0 / scales[1], "mechanism")
+    cfg = m.get("config")
+    if isinstance(cfg, dict) and isinstance(cfg.get("relevance_share"), (int, float)) and len(scales) == 2:
+        share = (1.0 / scales[0]) / (1.0 / scales[0] + 1.0 / scales[1])
+        _same(p, cfg, "relevance_share", share, "mechanism.config")
+        _same(p, cfg, "relevance_power", m.get("relevance_power"), "mechanism.config")
 
 
 def _check_noise_claims(p: Problems, data: dict) -> None:

@@ -17,7 +17,9 @@ from typing import Annotated, Optional
 import typer
 
 from dpconvert.errors import DpconvertError
+from dpconvert.methods.adlm import AdlmOptions
 from dpconvert.methods.dpdfd import DpdfdOptions
+from dpconvert.methods.dpsgd import DpsgdOptions
 from dpconvert.methods.pknn import PknnOptions
 from dpconvert.options import DEFAULT_DELTA, DEFAULT_EPS
 from dpconvert.version import __version__
@@ -38,7 +40,8 @@ card_app = typer.Typer(help="Show, verify or sign one privacy card; make signing
 app.add_typer(card_app, name="card")
 
 TEACHER, PRIVACY, DPDFD, PKNN, DATA, OUTPUT = "Teacher", "Privacy", "DPDFD (data-free, query-level)", "Private-kNN (record-level)", "Data", "Output"
-P, D = PknnOptions(), DpdfdOptions()
+DPSGD, ADLM = "DP-SGD (record-level, private labels)", "AdLM (record-level, pure ε-DP, private labels)"
+P, D, S, A = PknnOptions(), DpdfdOptions(), DpsgdOptions(), AdlmOptions()
 
 # ------------------------------------------------------------------ shared options
 Arch = Annotated[Optional[str], typer.Option("--arch", help="Architecture for weights-only files: timm:NAME or a registered one (e.g. datalens_cnn).", rich_help_panel=TEACHER)]
@@ -164,7 +167,7 @@ def convert(
     as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON at the end instead of the summary table.", rich_help_panel=OUTPUT)] = False,
     profile: Annotated[bool, typer.Option("--profile", help="Add throughput (teacher queries/s, student samples/s, …) to the summary; the time per phase is always shown and on the card's run block.", rich_help_panel=OUTPUT)] = False,
     sign_key: Annotated[Optional[Path], typer.Option("--sign-key", help="Sign the card with this Ed25519 private key (dpconvert card keygen); audit --trusted-keys checks it.", rich_help_panel=OUTPUT)] = None,
-    method: Annotated[str, typer.Option("--method", help="dpdfd (data-free, query-level), pknn (record-level, needs --private-data) or auto.", rich_help_panel=PRIVACY)] = "auto",
+    method: Annotated[str, typer.Option("--method", help="dpdfd (data-free, query-level), pknn, dpsgd or adlm (record-level, need --private-data) or auto.", rich_help_panel=PRIVACY)] = "auto",
     eps: Annotated[Optional[float], typer.Option("--eps", help=f"Target ε; the noise is calibrated to it (default {DEFAULT_EPS:g} unless --noise-multiplier).", rich_help_panel=PRIVACY)] = None,
     delta: Annotated[float, typer.Option("--delta", help="Target δ.", rich_help_panel=PRIVACY)] = DEFAULT_DELTA,
     noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="DPDFD: use this σ instead of calibrating; ε is computed and printed.", rich_help_panel=PRIVACY)] = None,
@@ -177,14 +180,14 @@ def convert(
     pixel_range: Annotated[Optional[float], typer.Option("--pixel-range", help="Maximum pixel value of data stored as float or wide integers (e.g. 255); default: uint8 is 0..255, float must be in [0, 1]. Never inferred from the data.", rich_help_panel=DATA)] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", "--releases", help=f"Noisy releases T (ε depends on σ and T only; default {D.releases}).", rich_help_panel=DPDFD)] = None,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Rows per release B (default from the input size; free for the query-level ε).", rich_help_panel=DPDFD)] = None,
-    clip: Annotated[Optional[float], typer.Option("--clip", help=f"Row norm C of the normalised output gradients (default {D.clip:g}).", rich_help_panel=DPDFD)] = None,
-    epochs: Annotated[Optional[int], typer.Option("--epochs", help=f"Student epochs: DPDFD passes over the released pairs after each release (default from the input size); Private-kNN epochs per round (default {P.epochs}).", rich_help_panel=DPDFD)] = None,
+    clip: Annotated[Optional[float], typer.Option("--clip", help=f"Row norm C of the normalised output gradients (default {D.clip:g}); DP-SGD: per-example gradient norm bound (default {S.clip:g}).", rich_help_panel=DPDFD)] = None,
+    epochs: Annotated[Optional[int], typer.Option("--epochs", help=f"Student epochs: DPDFD passes over the released pairs after each release (default from the input size); Private-kNN epochs per round (default {P.epochs}); DP-SGD epochs, ⌊1/q⌋ noisy steps each (default {S.epochs}).", rich_help_panel=DPDFD)] = None,
     distill_loss: Annotated[Optional[str], typer.Option("--distill-loss", help="DPDFD's L_T: logits (default: centred logit matching, the whole class ranking per query), ce (the paper's: teacher argmax only) or kd.", rich_help_panel=DPDFD)] = None,
     generator: Annotated[Optional[str], typer.Option("--generator", help="A learned generator mixed with the data-free prior (e.g. dafl); default: the prior only.", rich_help_panel=DPDFD)] = None,
     prior: Annotated[Optional[str], typer.Option("--prior", help="The data-free query prior: random_fields (smooth blobs and strokes) or centred_fields (the same inside a centred ellipse). Default: from the input size for DPDFD, random_fields for Private-kNN's prior queries.", rich_help_panel=DPDFD)] = None,
     save_generator: Annotated[Optional[str], typer.Option("--save-generator", help="Save the learned generator and its DPDFD cost to FILE.safetensors (DPDFD with --generator; Private-kNN with --query-generator train).", rich_help_panel=DPDFD)] = None,
     k: Annotated[Optional[int], typer.Option("--k", help=f"Neighbours (default {P.k}).", rich_help_panel=PKNN)] = None,
-    sampling_rate: Annotated[Optional[float], typer.Option("--sampling-rate", help=f"Poisson sampling rate γ (default {P.sampling_rate}).", rich_help_panel=PKNN)] = None,
+    sampling_rate: Annotated[Optional[float], typer.Option("--sampling-rate", help=f"Poisson sampling rate γ (default {P.sampling_rate}); DP-SGD: lot sampling rate q (default {S.sampling_rate}).", rich_help_panel=PKNN)] = None,
     sigma1: Annotated[Optional[float], typer.Option("--sigma1", help=f"Screening noise σ1 (default {P.sigma1:g}).", rich_help_panel=PKNN)] = None,
     threshold: Annotated[Optional[float], typer.Option("--threshold", help=f"Screening threshold (default {P.threshold_ratio}·k).", rich_help_panel=PKNN)] = None,
     sigma2: Annotated[Optional[float], typer.Option("--sigma2", help="Argmax noise (default: calibrated to --eps).", rich_help_panel=PKNN)] = None,
@@ -196,10 +199,17 @@ def convert(
     canaries: Annotated[Optional[int], typer.Option("--canaries", help="One-run canary audit with N canaries (empirical ε lower bound on the card).", rich_help_panel=PKNN)] = None,
     query_generator: Annotated[Optional[str], typer.Option("--query-generator", help="Queries from a generator FILE saved with --save-generator (its cost is composed in), 'train' (DPDFD trains one in this run) or 'prior' (data-independent).", rich_help_panel=PKNN)] = None,
     generator_eps: Annotated[Optional[float], typer.Option("--generator-eps", help="With --query-generator train: the generator's share of --eps (default half); the rest labels the queries.", rich_help_panel=PKNN)] = None,
+    lr: Annotated[Optional[float], typer.Option("--lr", help=f"Learning rate of SGD on the noisy gradients (default {S.lr:g}).", rich_help_panel=DPSGD)] = None,
+    momentum: Annotated[Optional[float], typer.Option("--momentum", help=f"SGD momentum (default {S.momentum:g}).", rich_help_panel=DPSGD)] = None,
+    sigma: Annotated[Optional[float], typer.Option("--sigma", help="Noise multiplier (default: calibrated to --eps); ε is computed and must not exceed --eps.", rich_help_panel=DPSGD)] = None,
+    count_sigma: Annotated[Optional[float], typer.Option("--count-sigma", help=f"Noise std of the record count that scales the learning rate (default {S.count_sigma:g}; counted in ε).", rich_help_panel=DPSGD)] = None,
+    relevance_share: Annotated[Optional[float], typer.Option("--relevance-share", help=f"Share of --eps for the private relevance release (default {A.relevance_share:g}).", rich_help_panel=ADLM)] = None,
+    relevance_power: Annotated[Optional[float], typer.Option("--relevance-power", help=f"Noise redistribution: weight ∝ relevance^power (default {A.relevance_power:g}; 0 = uniform).", rich_help_panel=ADLM)] = None,
+    pool: Annotated[Optional[int], typer.Option("--pool", help=f"ScatterNet coefficients pooled to pool×pool per channel (default {A.pool}).", rich_help_panel=ADLM)] = None,
     device: Device = "cpu", arch: Arch = None, num_classes: NumClasses = None, in_chans: InChans = None, input_size: InputSize = None,
     mean: Mean = None, std: Std = None, weights: Weights = None, trust_pickle: TrustPickle = False,
 ) -> None:
-    """Convert TEACHER into a DP student (DPDFD or Private-kNN) with an ONNX export and a privacy card."""
+    """Convert TEACHER into a DP student (DPDFD, Private-kNN, DP-SGD or AdLM) with an ONNX export and a privacy card."""
     import shlex
 
     import torch
@@ -213,7 +223,8 @@ def convert(
     method_options = _given(releases=steps, batch_size=batch_size, clip=clip, epochs=epochs, distill_loss=distill_loss, generator=generator,
                             prior=prior, save_generator=save_generator, k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold,
                             sigma2=sigma2, rounds=rounds, queries=queries, features=features, labels=labels, knn=knn, canaries=canaries,
-                            query_generator=query_generator, generator_eps=generator_eps)
+                            query_generator=query_generator, generator_eps=generator_eps, lr=lr, momentum=momentum, sigma=sigma,
+                            count_sigma=count_sigma, relevance_share=relevance_share, relevance_power=relevance_power, pool=pool)
     reporter = ProgressReporter(steps or D.releases, err_console if as_json else out)  # stdout carries only the card under --json
     try:
         result = run_convert(

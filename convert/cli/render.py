@@ -15,7 +15,9 @@ def print_plan(result: dict, to=None) -> None:
     table = Table(title=f"privacy plan ({result['method']}, scope {result['scope']}, δ={result['delta']:g})")
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    if result["method"] == "dpdfd":
+    if "rows" in result:  # a method that describes its own mechanism rows
+        rows = list(result["rows"])
+    elif result["method"] == "dpdfd":
         sig = f"{result['sigma']:.4f}" + (" (calibrated)" if result["calibrated"] else "")
         rows = [("noise multiplier σ", sig), ("noisy releases T", str(result["steps"])), ("batch size B", str(result["batch_size"]))]
     else:
@@ -51,7 +53,10 @@ class ProgressReporter:
         from .console import is_tty
 
         print_plan(plan, self.console)
-        if plan["method"] == "dpdfd":
+        if "progress" in plan:
+            self.total, label = plan["progress"]["total"], plan["progress"]["label"]
+            self.label = label
+        elif plan["method"] == "dpdfd":
             self.total = self.releases * (1 + plan["student_epochs"])
             label = "DPDFD"
         else:  # Private-kNN: a bar over vote passes (screening every query + argmax for answered ones; the rest is skipped)
@@ -69,6 +74,12 @@ class ProgressReporter:
         if info["kind"] == "votes":
             if self.progress is not None:
                 self.progress.update(self.task, advance=info["queries"])
+            return
+        if info["kind"] == "steps":
+            if self.progress is not None:
+                self.progress.update(self.task, advance=info["done"])
+            elif info["step"] % max(1, info["steps"] // 10) < info["done"]:
+                self.console.print(f"{getattr(self, 'label', 'steps')}: {info['step']}/{info['steps']}")
             return
         if info["kind"] == "round":
             line = f"round {info['round']}: {info['answered']}/{info['asked']} queries answered, ε spent {info['epsilon']:.3f}, {info['seconds']:.0f} s"

@@ -8,6 +8,7 @@ difference and top-1 agreement for the card.
 from __future__ import annotations
 
 import io
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -35,10 +36,13 @@ def export_onnx(model: torch.nn.Module, input_shape: tuple[int, int, int]):
     dummy = torch.zeros(2, *input_shape)
     buf = io.BytesIO()
     try:
-        torch.onnx.export(
-            model, (dummy,), buf, input_names=["input"], output_names=["logits"],
-            dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}, opset_version=OPSET, dynamo=False,
-        )
+        with warnings.catch_warnings():
+            # reflect padding exports as Slice ops with step −1, which torch's constant folding skips: harmless
+            warnings.filterwarnings("ignore", message="Constant folding - Only steps=1")
+            torch.onnx.export(
+                model, (dummy,), buf, input_names=["input"], output_names=["logits"],
+                dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}, opset_version=OPSET, dynamo=False,
+            )
     except Exception as e:  # an architecture ONNX cannot express
         raise DpconvertError(f"ONNX export failed ({str(e).splitlines()[0][:200]}); choose another --student") from None
     proto = onnx.load_from_string(buf.getvalue())

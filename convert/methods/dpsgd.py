@@ -1,0 +1,177 @@
+"""DP-SGD (Opacus) on the private records and their own labels: record-level, and the teacher is not queried.
+
+Why not distil the teacher with DP-SGD: the teacher was trained on the same private data, so its answer about
+*any* input may change when one record changes; per-example clipping bounds one example's gradient, not the
+effect of one record on every teacher-made target. So the student learns from the private records' labels only,
+and nothing here accepts teacher outputs, public queries or a query generator.
+
+The default student is a ScatterNet with a linear head ("Differentially Private Learning Needs Better Features
+(or Much More Data)", Tramèr & Boneh 2021): the scattering transform has no weights, is computed once per record
+and costs no privacy, and DP-SGD trains the head on it — the best accuracy per ε on small images on a CPU
+(benchmarks/RESULTS.md). Any other student is trained end to end (BatchNorm replaced by GroupNorm for Opacus).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from dpconvert.errors import DpconvertError
+from dpconvert.profiling import phase
+
+from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, register
+
+log = logging.getLogger("dpconvert")
+
+SCATTER_MAX_PX = 64  # above this the scattering coefficients outgrow a linear head; the default student is then trained end to end
+TEACHER_NOT_USED = "not queried: DP-SGD learns from the private records' own labels (a teacher trained on them would leak through its answers)"
+
+
+@dataclass
+class DpsgdOptions:
+    # Defaults from the Fashion-MNIST benchmark (benchmarks/RESULTS.md) following Tramèr & Boneh's ScatterNet recipe:
+    # large lots (q·n ≈ 8 400 of 60 000), small clip, SGD with momentum, many epochs at the correspondingly larger σ.
+    epochs: int = 40  # T = epochs·⌊1/q⌋ noisy steps (a function of the options only: n never sets T)
+    sampling_rate: float = 0.14  # q: each record joins each lot independently with this probability
+    clip: float = 0.1  # C: per-example gradient norm bound
+    lr: float = 4.0
+    momentum: float = 0.9
+    sigma: Optional[float] = None  # noise multiplier; calibrated to `eps` when None
+    count_sigma: float = 100.0  # σ_n of the noisy record count that scales the learning rate (sensitivity 1)
+    minibatch: int = 2048  # rows per forward pass when computing fixed features (memory only; no effect on the result)
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.epochs >= 1, "`epochs` must be >= 1"), (0 < self.sampling_rate < 1, "`sampling_rate` (q) must be in (0, 1)"),
+            (self.clip > 0, "`clip` must be > 0"), (self.lr > 0, "`lr` must be > 0"), (0 <= self.momentum < 1, "`momentum` must be in [0, 1)"),
+            (self.sigma is None or self.sigma > 0, "`sigma` must be > 0"), (self.count_sigma > 0, "`count_sigma` must be > 0"),
+            (self.minibatch >= 1, "`minibatch` must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise DpconvertError(message)
+
+    @property
+    def steps(self) -> int:
+        return self.epochs * int(1 / self.sampling_rate)
+
+
+def default_student(spec) -> str:
+    from dpconvert.students import default_student_name
+
+    return "scatternet_linear" if max(spec.height, spec.width) <= SCATTER_MAX_PX else default_student_name(spec)
+
+
+@register
+class DpSgdMethod(Method):
+    name = "dpsgd"
+    Options = DpsgdOptions
+    summary = "record-level DP-SGD (Opacus) on the private labels"
+
+    def check(self, run, opts: DpsgdOptions, out=None) -> None:
+        if not run.private_data:
+            raise DpconvertError("DP-SGD trains on the private training data: give `private_data` PATH (labelled)")
+        if run.public_data:
+            raise DpconvertError("DP-SGD learns from the private records' own labels and uses no queries: drop `public_data` "
+                                 "(or use `method` pknn, which labels public queries)")
+        if run.noise_multiplier is not None:
+            raise DpconvertError("`noise_multiplier` is DPDFD's σ; for DP-SGD give `sigma` (ε is then computed) or `eps`")
+
+    def plan(self, run, opts: DpsgdOptions) -> dict:
+        from dpconvert.accounting.planning import plan_dpsgd
+
+        plan = plan_dpsgd(eps=run.eps, delta=run.delta, sampling_rate=opts.sampling_rate, steps=opts.steps, clip=opts.clip,
+                          sigma=opts.sigma, count_sigma=opts.count_sigma)
+        if opts.sigma is not None and plan["epsilon"] > run.eps * (1 + 1e-9):
+            raise DpconvertError(f"`sigma` {opts.sigma} gives ε={plan['epsilon']:.3f} > `eps` {run.eps:g}; raise `sigma` or lower `epochs`")
+        return plan
+
+    def run(self, run, opts: DpsgdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
+        import torch
+
+        from dpconvert.accounting import DpsgdAccountant
+        from dpconvert.io.data import load_data
+        from dpconvert.mechanisms.dp_sgd import DpSgd
+        from dpconvert.mechanisms.noise import SEEDED_WARNING, mechanism_rng
+
+        self.check(run, opts)
+        spec = teacher.spec
+        plan = self.plan(run, opts)  # before any private record is read
+        if on_plan:
+            on_plan(plan)
+        with phase("load data"):
+            private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
+        torch.manual_seed(run.seed)
+        student_name = run.student or default_student(spec)
+        student, trainable, inputs, part = _trainable(student_name, spec, private.x, opts.minibatch)
+        rng, noise_info = mechanism_rng(run.seed, seeded=run.seeded_noise)  # lots and noise (mechanisms/noise.py)
+        accountant = DpsgdAccountant()
+        mech = DpSgd(trainable, sigma=plan["sigma"], clip=opts.clip, sampling_rate=opts.sampling_rate, steps=opts.steps,
+                     count_sigma=opts.count_sigma, lr=opts.lr, momentum=opts.momentum, accountant=accountant, generator=rng)
+        every = max(1, opts.steps // 100)
+        with phase("DP-SGD", items=opts.steps):
+            trained = mech.fit(inputs, private.y, on_step=(lambda s: s % every == 0 and on_progress(
+                {"kind": "steps", "done": every, "step": s, "steps": opts.steps})) if on_progress else None)
+        _put_back(student, trained, part)
+        eps_all = accountant.epsilons(delta=run.delta)
+        if run.eps is not None and eps_all["epsilon"] > run.eps * (1 + 1e-9):
+            raise DpconvertError(f"internal error: DP-SGD spent ε={eps_all['epsilon']} > target {run.eps}; nothing was written")
+        return MethodOutput(
+            student=student.eval(), student_name=student_name, probe=_probe(spec, run),
+            rounds=[], warnings=[SEEDED_WARNING] if run.seeded_noise else [],
+            guarantee={"epsilon": eps_all["epsilon"], "delta": run.delta, "scope": "record", "adjacency": accountant.adjacency,
+                       "record_level_epsilon": accountant.record_level_epsilon(delta=run.delta), "covers": COVERS_STUDENT,
+                       "not_covered": NOT_COVERED},
+            accounting={"accountant": accountant.name, "epsilons": {k: v for k, v in eps_all.items() if k != "epsilon"},
+                        "libraries": _libraries(), "calibrated": plan["calibrated"], "target_epsilon": run.eps, "state": accountant.state_dict(),
+                        "note": "Poisson-subsampled Gaussian steps (sensitivity C under add/remove) and one Gaussian count (sensitivity 1), "
+                                "composed by dp_accounting's PLD accountant (reported) and RDP accountant"},
+            mechanism={"method": "dp-sgd", "sigma": plan["sigma"], "clip": opts.clip, "sampling_rate": opts.sampling_rate,
+                       "steps": accountant.count("subsampled_gaussian"), "count_sigma": opts.count_sigma,
+                       "sampling": "Poisson (each record joins each lot independently with probability q)",
+                       "engine": f"{mech.engine}; lots by opacus DPDataLoader",
+                       "trained": part, "labels": "the private records' own labels", "teacher": TEACHER_NOT_USED,
+                       "learning_rate_scale": "lr / (q·ñ), ñ the noisy record count", **noise_info, "config": {**asdict(opts), "seed": run.seed}},
+        )
+
+
+def _trainable(name: str, spec, x, minibatch: int):
+    """(student, module DP-SGD trains, its inputs, description). A student with ``fixed_features`` (no weights) has them
+    computed once per record, one record at a time in effect (eval mode, no batch statistics); only its head is trained."""
+    import torch
+
+    from dpconvert.students import create_student
+
+    student = create_student(name, spec)
+    fixed = getattr(student, "fixed_features", None)
+    if fixed is not None:
+        with phase("fixed features", items=len(x)), torch.no_grad():
+            feats = torch.cat([fixed.eval()(c) for c in x.split(minibatch)])
+        return student, student.head, feats, "head only (the fixed scattering transform has no weights)"
+    from opacus.validators import ModuleValidator
+
+    student = ModuleValidator.fix(student)  # BatchNorm → GroupNorm: per-example gradients need per-example normalisation
+    for m in student.modules():
+        if hasattr(m, "inplace"):
+            m.inplace = False
+    return student, student, x, "the whole student (BatchNorm replaced by GroupNorm)"
+
+
+def _put_back(student, trained, part: str) -> None:
+    if part.startswith("head"):
+        student.head = trained
+
+
+def _probe(spec, run):
+    """Inputs for the ONNX parity check that carry no private record: uniform noise in the input's range."""
+    import torch
+
+    g = torch.Generator().manual_seed(run.seed)
+    return torch.rand(run.parity_inputs, *spec.shape, generator=g) * 2 - 1
+
+
+def _libraries() -> dict:
+    from dpconvert.accounting import library_versions
+
+    return library_versions()
