@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import DpconvertError
 from ..registry import Registry
-from .adjacency import ADJACENCY_GENERATOR_PKNN, ADJACENCY_QUERY, ADJACENCY_RECORD  # noqa: F401  (one definition, used by plans and cards)
+from .adjacency import ADJACENCY_GENERATOR_PKNN, ADJACENCY_QUERY, ADJACENCY_RECORD, ADJACENCY_RECORD_COMPOSED  # noqa: F401  (one definition, used by plans and cards)
 
 
 @dataclass
@@ -159,21 +159,13 @@ class PknnAccountant(Accountant):
     adjacency: str = ADJACENCY_RECORD
 
     def epsilons(self, *, delta: float, with_pld: bool = True) -> dict[str, float]:
-        import numpy as np
         from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
         from . import pknn
 
         if not self.events:
             return {"rdp_theorem7_autodp": 0.0, "pld_gaussian_screening": 0.0, "epsilon": 0.0}
-        rdp = np.zeros(len(pknn.RDP_ORDERS))
-        for e in self.events:
-            p = e.params
-            if e.mechanism == "pknn_screening":
-                rdp += e.count * np.asarray(pknn.subsampled_screening_rdp(int(p["k"]), int(p["num_classes"]), p["sigma1"], p["threshold"], p["sampling_rate"]))
-            else:
-                rdp += e.count * pknn.subsampled_argmax_rdp(p["sigma2"], p["sampling_rate"])
-        out = {"rdp_theorem7_autodp": float(compute_epsilon(pknn.RDP_ORDERS, rdp, float(delta))[0])}
+        out = {"rdp_theorem7_autodp": float(compute_epsilon(pknn.RDP_ORDERS, self.rdp(), float(delta))[0])}
         if with_pld:
             out["pld_gaussian_screening"] = self._pld(delta)
         out["epsilon"] = min(out.values())
@@ -182,6 +174,21 @@ class PknnAccountant(Accountant):
     def record_level_epsilon(self, *, delta: float) -> float:
         """The headline ε is already record-level."""
         return self.epsilon(delta=delta)
+
+    def rdp(self):
+        """The RDP curve at ``pknn.RDP_ORDERS``: Theorem-7 screening plus the subsampled argmax, per event."""
+        import numpy as np
+
+        from . import pknn
+
+        rdp = np.zeros(len(pknn.RDP_ORDERS))
+        for e in self.events:
+            p = e.params
+            if e.mechanism == "pknn_screening":
+                rdp += e.count * np.asarray(pknn.subsampled_screening_rdp(int(p["k"]), int(p["num_classes"]), p["sigma1"], p["threshold"], p["sampling_rate"]))
+            else:
+                rdp += e.count * pknn.subsampled_argmax_rdp(p["sigma2"], p["sampling_rate"])
+        return rdp
 
     def _pld(self, delta: float) -> float:
         from . import composition, pknn
@@ -274,6 +281,73 @@ class LaplaceAccountant(Accountant):
         return {"laplace_composition": float(eps), "epsilon": float(eps)}
 
     def record_level_epsilon(self, *, delta: float = 0.0) -> float:
+        return self.epsilon(delta=delta)
+
+
+@ACCOUNTANTS.register("dpgan")
+@dataclass
+class DpganAccountant(Accountant):
+    """The DP-critic GAN (``mechanisms/dp_gan.py``): event ``subsampled_gaussian`` (sigma, clip, sampling_rate) per
+    critic step, composed by PLD (reported) and RDP. The generator is post-processing of the critic."""
+
+    name: str = "dpgan"
+    mechanisms: tuple[str, ...] = ("subsampled_gaussian",)
+    scope: str = "record"
+    adjacency: str = ADJACENCY_RECORD
+
+    def terms(self) -> list:
+        return [(e.params["sigma"], e.count, e.params["sampling_rate"]) for e in self.events]
+
+    def epsilons(self, *, delta: float) -> dict[str, float]:
+        from . import dpsgd
+
+        return dpsgd.epsilons(self.terms(), delta) if self.events else {"pld": 0.0, "rdp": 0.0, "epsilon": 0.0}
+
+    def record_level_epsilon(self, *, delta: float) -> float:
+        return self.epsilon(delta=delta)
+
+    def rdp(self, orders) -> "object":
+        """The RDP curve at ``orders`` (for a joint RDP composition with other mechanisms)."""
+        import numpy as np
+        from dp_accounting.rdp.rdp_privacy_accountant import _compute_rdp_poisson_subsampled_gaussian
+
+        out = np.zeros(len(orders))
+        for e in self.events:
+            out += e.count * np.asarray(_compute_rdp_poisson_subsampled_gaussian(e.params["sampling_rate"], e.params["sigma"], orders))
+        return out
+
+
+@ACCOUNTANTS.register("pknn+dpgan")
+@dataclass
+class DpganPknnAccountant(Accountant):
+    """Private-kNN labels on queries from a DP-critic GAN trained on the same private data: both record-level.
+
+    Two valid bounds, the smaller reported: basic composition with each part at δ/2 (each part's own best bound),
+    and one RDP composition of the critic steps with the Private-kNN events (Theorem-7 screening RDP + subsampled
+    argmax RDP) converted once at δ. Both hold for adaptive composition (the queries depend on the generator).
+    """
+
+    name: str = "pknn+dpgan"
+    mechanisms: tuple[str, ...] = DpganAccountant.mechanisms + PknnAccountant.mechanisms
+    scope: str = "record"
+    adjacency: str = ADJACENCY_RECORD_COMPOSED
+
+    def parts(self) -> tuple[DpganAccountant, PknnAccountant]:
+        gan = [e for e in self.events if e.mechanism in DpganAccountant.mechanisms]
+        return DpganAccountant(events=gan), PknnAccountant(events=[e for e in self.events if e.mechanism in PknnAccountant.mechanisms])
+
+    def epsilons(self, *, delta: float) -> dict[str, float]:
+        from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+        from . import composition, pknn
+
+        gan, labels = self.parts()
+        basic = gan.epsilon(delta=delta / 2) + labels.epsilon(delta=delta / 2)
+        with composition._quiet_absl():
+            joint = float(compute_epsilon(pknn.RDP_ORDERS, gan.rdp(pknn.RDP_ORDERS) + labels.rdp(), float(delta))[0])
+        return {"basic_composition_half_delta_each": basic, "rdp_joint": joint, "epsilon": min(basic, joint)}
+
+    def record_level_epsilon(self, *, delta: float) -> float:
         return self.epsilon(delta=delta)
 
 

@@ -4,3 +4,4 @@ ADJACENCY_QUERY = "add/remove one teacher answer (one row of one step's released
 ADJACENCY_RECORD = "add/remove one record of the private data set"
 ADJACENCY_GENERATOR_PKNN = ("add/remove one teacher answer in the query generator's DPDFD run and add/remove one record of the "
                             "private data set (Private-kNN labels)")
+ADJACENCY_RECORD_COMPOSED = "add/remove one record of the private data set (both the query generator's training and the labels)"

@@ -70,7 +70,7 @@ def pknn_sigma2(plan: pknn.PknnPlan, *, eps: float, delta: float) -> float:
     return smallest_sigma(lambda s2: pknn.epsilons(replace(plan, sigma2=s2), delta)["epsilon"], eps, rel_tol=1e-3)
 
 
-def dpsgd_sigma(*, eps: float, delta: float, sampling_rate: float, steps: int, count_sigma: float) -> float:
+def dpsgd_sigma(*, eps: float, delta: float, sampling_rate: float, steps: int, count_sigma: float | None) -> float:
     """σ for DP-SGD (``accounting/dpsgd.py``): searched on a coarse PLD grid, then raised until the reported bound at
     the card's discretisation meets the target."""
     _check(eps, delta, steps)

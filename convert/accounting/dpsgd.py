@@ -15,8 +15,9 @@ PLD_DISCRETIZATION = composition.PLD_DISCRETIZATION
 SEARCH_DISCRETIZATION = 1e-3  # coarse PLD during the σ search; the answer is then checked at the fine one
 
 
-def terms(*, sigma: float, sampling_rate: float, steps: int, count_sigma: float) -> list[composition.Term]:
-    return [(count_sigma, 1, None), (sigma, steps, sampling_rate)]
+def terms(*, sigma: float, sampling_rate: float, steps: int, count_sigma: float | None) -> list[composition.Term]:
+    """The composition's terms; ``count_sigma`` None for a run without the noisy count (the DP-GAN critic: Adam)."""
+    return ([(count_sigma, 1, None)] if count_sigma is not None else []) + [(sigma, steps, sampling_rate)]
 
 
 def epsilons(term_list: list[composition.Term], delta: float, *, discretization: float = PLD_DISCRETIZATION) -> dict[str, float]:

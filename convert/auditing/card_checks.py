@@ -287,6 +287,35 @@ def _check_adlm(p: Problems, accountant, data: dict) -> None:
         _same(p, cfg, "relevance_power", m.get("relevance_power"), "mechanism.config")
 
 
+DPGAN_INFO_KEYS = {"trained_in_this_run", "architecture", "samples", "dpgan_epsilon_at_its_delta", "its_delta", "dpgan"}
+DPGAN_KEYS = {"sigma", "clip", "sampling_rate", "steps", "fake_batch", "engine"} | NOISE_KEYS
+
+
+@CHECKS.register("pknn+dpgan")
+def _check_dpgan_pknn(p: Problems, accountant, data: dict) -> None:
+    m = data.get("mechanism") or {}
+    gan_acc, labels_acc = accountant.parts()
+    _check_pknn_block(p, m, labels_acc.events)
+    info = m.get("query_generator")
+    if not p.check(isinstance(info, dict), "mechanism.query_generator", "missing: the composed events include a DP-critic GAN"):
+        return
+    p.keys(info, "mechanism.query_generator", DPGAN_INFO_KEYS, DPGAN_INFO_KEYS)
+    block = info.get("dpgan")
+    if p.check(isinstance(block, dict), "mechanism.query_generator.dpgan", "missing"):
+        where = "mechanism.query_generator.dpgan"
+        p.keys(block, where, DPGAN_KEYS, DPGAN_KEYS)
+        steps = sum(e.count for e in gan_acc.events)
+        p.check(block.get("steps") == steps, f"{where}.steps", f"{block.get('steps')!r} but the events hold {steps} critic steps")
+        for e in gan_acc.events:
+            for key in ("sigma", "clip", "sampling_rate"):
+                _same(p, block, key, e.params.get(key), where)
+    try:
+        its_delta = float(info.get("its_delta"))
+        _claims_at_least(p, info.get("dpgan_epsilon_at_its_delta"), gan_acc.epsilon(delta=its_delta), "mechanism.query_generator.dpgan_epsilon_at_its_delta")
+    except (TypeError, ValueError):
+        p.append(("mechanism.query_generator.its_delta", "not a number"))
+
+
 def _check_noise_claims(p: Problems, data: dict) -> None:
     """A block that says its noise was secret must not describe a seeded stream."""
     for where, m in noise_blocks(data):
@@ -300,7 +329,8 @@ def noise_blocks(data: dict) -> list[tuple[str, dict]]:
     """(where, block) of every mechanism whose noise the card's ε relies on."""
     m = data.get("mechanism") or {}
     out = [("mechanism", m)]
-    inner = (m.get("query_generator") or {}).get("dpdfd")
-    if isinstance(inner, dict):
-        out.append(("mechanism.query_generator.dpdfd", inner))
+    for kind in ("dpdfd", "dpgan"):
+        inner = (m.get("query_generator") or {}).get(kind)
+        if isinstance(inner, dict):
+            out.append((f"mechanism.query_generator.{kind}", inner))
     return out

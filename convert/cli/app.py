@@ -197,8 +197,10 @@ def convert(
     labels: Annotated[Optional[str], typer.Option("--labels", help="Student targets from the released noisy vote histogram: soft (default, tempered softmax) or hard (argmax). Same ε.", rich_help_panel=PKNN)] = None,
     knn: Annotated[Optional[str], typer.Option("--knn", help="kNN search: exact (torch), faiss (optional extra, for ≥1M records) or auto (default).", rich_help_panel=PKNN)] = None,
     canaries: Annotated[Optional[int], typer.Option("--canaries", help="One-run canary audit with N canaries (empirical ε lower bound on the card).", rich_help_panel=PKNN)] = None,
-    query_generator: Annotated[Optional[str], typer.Option("--query-generator", help="Queries from a generator FILE saved with --save-generator (its cost is composed in), 'train' (DPDFD trains one in this run) or 'prior' (data-independent).", rich_help_panel=PKNN)] = None,
-    generator_eps: Annotated[Optional[float], typer.Option("--generator-eps", help="With --query-generator train: the generator's share of --eps (default half); the rest labels the queries.", rich_help_panel=PKNN)] = None,
+    query_generator: Annotated[Optional[str], typer.Option("--query-generator", help="Queries from a generator FILE saved with --save-generator (its cost is composed in), 'train' (DPDFD trains one in this run), 'dpgan' (a GAN with a DP critic trained on --private-data in this run: record-level) or 'prior' (data-independent).", rich_help_panel=PKNN)] = None,
+    generator_eps: Annotated[Optional[float], typer.Option("--generator-eps", help="With --query-generator train or dpgan: the generator's share of --eps (default half); the rest labels the queries.", rich_help_panel=PKNN)] = None,
+    gan_steps: Annotated[Optional[int], typer.Option("--gan-steps", help=f"--query-generator dpgan: DP critic steps (default {P.gan_steps}).", rich_help_panel=PKNN)] = None,
+    gan_sampling_rate: Annotated[Optional[float], typer.Option("--gan-sampling-rate", help=f"--query-generator dpgan: Poisson rate of the critic's lots (default {P.gan_sampling_rate:g}).", rich_help_panel=PKNN)] = None,
     lr: Annotated[Optional[float], typer.Option("--lr", help=f"Learning rate of SGD on the noisy gradients (default {S.lr:g}).", rich_help_panel=DPSGD)] = None,
     momentum: Annotated[Optional[float], typer.Option("--momentum", help=f"SGD momentum (default {S.momentum:g}).", rich_help_panel=DPSGD)] = None,
     sigma: Annotated[Optional[float], typer.Option("--sigma", help="Noise multiplier (default: calibrated to --eps); ε is computed and must not exceed --eps.", rich_help_panel=DPSGD)] = None,
@@ -224,7 +226,8 @@ def convert(
                             prior=prior, save_generator=save_generator, k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold,
                             sigma2=sigma2, rounds=rounds, queries=queries, features=features, labels=labels, knn=knn, canaries=canaries,
                             query_generator=query_generator, generator_eps=generator_eps, lr=lr, momentum=momentum, sigma=sigma,
-                            count_sigma=count_sigma, relevance_share=relevance_share, relevance_power=relevance_power, pool=pool)
+                            count_sigma=count_sigma, relevance_share=relevance_share, relevance_power=relevance_power, pool=pool,
+                            gan_steps=gan_steps, gan_sampling_rate=gan_sampling_rate)
     reporter = ProgressReporter(steps or D.releases, err_console if as_json else out)  # stdout carries only the card under --json
     try:
         result = run_convert(

@@ -57,8 +57,14 @@ class PknnOptions:
     round_features_weight: float = 0.5
     balance: bool = True  # class-balanced loss over the answered labels
     canaries: int = 0  # one-run canary audit with this many canaries (auditing/canaries.py)
-    query_generator: Optional[str] = None  # FILE (saved with save_generator), "prior" or "train"; without public_data
-    generator_eps: Optional[float] = None  # `query_generator` train: the generator's share of ε (default half)
+    query_generator: Optional[str] = None  # FILE (saved with save_generator), "prior", "train" or "dpgan"; without public_data
+    generator_eps: Optional[float] = None  # `query_generator` train/dpgan: the generator's share of ε (default half)
+    # `query_generator` dpgan: the DP-critic GAN (mechanisms/dp_gan.py), trained on the private data
+    gan_steps: int = 1000  # critic steps (each one noisy DP-SGD step on a Poisson lot)
+    gan_sampling_rate: float = 0.02  # q of the critic's lots
+    gan_clip: float = 1.0  # per-example gradient norm bound of the critic
+    gan_fake_batch: int = 512  # generated examples per critic step (fixed: never a function of the data)
+    gan_lr: float = 2e-4
     generator_run: DpdfdOptions = field(default_factory=DpdfdOptions)  # `query_generator` train: its DPDFD options
 
     def __post_init__(self) -> None:
@@ -71,6 +77,9 @@ class PknnOptions:
             (self.round_features in ROUND_FEATURES, f"`round_features` must be {' or '.join(ROUND_FEATURES)}, got {self.round_features!r}"),
             (self.knn in KNN, f"`knn` must be auto, exact or faiss, got {self.knn!r}"),
             (self.canaries == 0 or self.canaries >= 2, "`canaries` needs at least 2 canaries"),
+            (self.gan_steps >= 1, "`gan_steps` must be >= 1"), (0 < self.gan_sampling_rate < 1, "`gan_sampling_rate` must be in (0, 1)"),
+            (self.gan_clip > 0, "`gan_clip` must be > 0"), (self.gan_fake_batch >= 1, "`gan_fake_batch` must be >= 1"),
+            (self.gan_lr > 0, "`gan_lr` must be > 0"),
         ]
         for ok, message in checks:
             if not ok:
@@ -84,6 +93,16 @@ class PknnOptions:
         d = asdict(self)
         del d["generator_run"]  # its DPDFD run describes itself in the card's query_generator block
         return d
+
+
+# A query generator's accountant → the accountant of its composition with the labels, and how the card says it.
+COMPOSED_ACCOUNTANT = {"dpdfd": "pknn+dpdfd_generator", "dpgan": "pknn+dpgan"}
+COMPOSITION_NOTE = {
+    "pknn+dpdfd_generator": "; the query generator's DPDFD events (replayed from its file, or from this run) composed by basic composition, "
+                            "each part at δ/2",
+    "pknn+dpgan": "; the DP-critic GAN's steps composed with the labels: the smaller of basic composition (each part at δ/2) and one "
+                  "RDP composition of all events at δ",
+}
 
 
 @register
@@ -120,9 +139,12 @@ class PrivateKnn(Method):
         changed = [k for k, v in asdict(g).items() if v != getattr(default, k) and k not in ("prior", "save_generator")]
         if changed and source != "train":
             raise DpconvertError(f"`{changed[0]}` is DPDFD's; with Private-kNN it configures only the generator trained with `query_generator` train")
-        if opts.generator_eps is not None and source != "train":
-            raise DpconvertError("`generator_eps` is the in-run generator's share of `eps`; use it with `query_generator` train")
-        if source == "train" and not 0 < generator_share(run, opts) < run.eps:
+        if opts.generator_eps is not None and source not in ("train", "dpgan"):
+            raise DpconvertError("`generator_eps` is the in-run generator's share of `eps`; use it with `query_generator` train or dpgan")
+        gan_changed = [k for k in PknnOptions.__dataclass_fields__ if k.startswith("gan_") and getattr(opts, k) != getattr(PknnOptions(), k)]
+        if gan_changed and source != "dpgan":
+            raise DpconvertError(f"`{gan_changed[0]}` configures the DP-critic GAN: use it with `query_generator` dpgan")
+        if source in ("train", "dpgan") and not 0 < generator_share(run, opts) < run.eps:
             raise DpconvertError(f"`generator_eps` must be between 0 and `eps` {run.eps:g} (the rest labels the queries), "
                                  f"got {generator_share(run, opts):g}")
         if g.save_generator and source != "train":
@@ -148,7 +170,7 @@ class PrivateKnn(Method):
         with phase("load data"):
             private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
         _local_notes(len(private), opts, run.delta)  # n may reach the operator's console, never the card or an abort
-        if source_name(run, opts) == "train":  # fail before minutes of DPDFD if what the generator leaves cannot pay for the labels
+        if source_name(run, opts) in ("train", "dpgan"):  # fail before minutes of training if what the generator leaves cannot pay for the labels
             self.label_plan(opts, spec.num_classes, run.eps - generator_share(run, opts), run.delta / 2, opts.queries or GENERATOR_QUERIES)
         with phase("queries"):
             source = load_queries(run, opts, teacher, on_progress)
@@ -183,13 +205,14 @@ class PrivateKnn(Method):
     def _budget(self, run, opts: PknnOptions, source, num_classes: int, total_q: int):
         """(accountant, plan): σ2 fixed before any private data is used, calibrated as if every query were answered
         (the realised ε, answered queries only, can only be smaller); a generator's cost is composed in at δ/2 each."""
-        from dpconvert.accounting import DpdfdAccountant, GeneratorPknnAccountant, PknnAccountant
-        from dpconvert.accounting.accountant import ADJACENCY_GENERATOR_PKNN
+        from dpconvert.accounting import ACCOUNTANTS, PknnAccountant
 
         if source.cost is None:
             accountant, eps_labels, delta_labels = PknnAccountant(), run.eps, run.delta
         else:
-            accountant = GeneratorPknnAccountant(events=list(DpdfdAccountant().load_state_dict(source.cost.accountant_state).events))
+            kind = source.cost.accountant_state["accountant"]
+            events = list(ACCOUNTANTS.get(kind)().load_state_dict(source.cost.accountant_state).events)
+            accountant = ACCOUNTANTS.get(COMPOSED_ACCOUNTANT[kind])(events=events)
             eps_gen = accountant.parts()[0].epsilon(delta=run.delta / 2)
             if eps_gen >= run.eps:
                 raise DpconvertError(f"the query generator alone costs ε={eps_gen:.3f} at δ/2={run.delta / 2:g}; raise `eps` above it "
@@ -201,8 +224,8 @@ class PrivateKnn(Method):
                                  "raise `sigma2` or ask fewer `queries`")
         if source.cost is not None:  # the plan table shows both parts of the composition
             eps_gen = run.eps - eps_labels
-            plan["accountants"] = {"query generator, DPDFD at δ/2": eps_gen, **{f"labels, {k} at δ/2": v for k, v in plan["accountants"].items()}}
-            plan.update(epsilon=eps_gen + plan["epsilon"], scope="query", adjacency=ADJACENCY_GENERATOR_PKNN, delta=run.delta)
+            plan["accountants"] = {f"query generator ({kind}) at δ/2": eps_gen, **{f"labels, {k} at δ/2": v for k, v in plan["accountants"].items()}}
+            plan.update(epsilon=eps_gen + plan["epsilon"], scope=accountant.scope, adjacency=accountant.adjacency, delta=run.delta)
         return accountant, plan
 
     def _rounds(self, run, opts: PknnOptions, spec, source, order, private_x, mech, train_rng, on_progress):
@@ -244,12 +267,8 @@ class PrivateKnn(Method):
         return student, student_name, first_phi, rounds
 
     def _guarantee(self, run, source, accountant, eps_all) -> dict:
-        from dpconvert.accounting.accountant import ADJACENCY_GENERATOR_PKNN, ADJACENCY_RECORD
-
-        composed = source.cost is not None
         return {
-            "epsilon": eps_all["epsilon"], "delta": run.delta, "scope": "query" if composed else "record",
-            "adjacency": ADJACENCY_GENERATOR_PKNN if composed else ADJACENCY_RECORD,
+            "epsilon": eps_all["epsilon"], "delta": run.delta, "scope": accountant.scope, "adjacency": accountant.adjacency,
             "record_level_epsilon": accountant.record_level_epsilon(delta=run.delta),
             "covers": ["the released student model (weights and graph in this file)", "the DP labels of the queries",
                        "any later use of the student (post-processing)"],
@@ -265,8 +284,7 @@ class PrivateKnn(Method):
             "calibrated": plan["calibrated"], "target_epsilon": run.eps, "state": accountant.state_dict(),
             "note": "screening charged for every query; noisy argmax (independent Poisson subsample) only for answered queries; "
                     "σ2 calibrated as if every query were answered"
-                    + ("; the query generator's DPDFD events (replayed from its file, or from this run) composed by basic composition, "
-                       "each part at δ/2" if composed else ""),
+                    + (COMPOSITION_NOTE[accountant.name] if composed else ""),
         }
 
     def _mechanism_block(self, run, opts: PknnOptions, source, accountant, plan, noise_info, first_phi) -> dict:

@@ -2,7 +2,8 @@
 
 ``public`` (unlabelled public images: free), ``prior`` (the data-independent random-field prior: free),
 ``saved`` (a generator saved by a DPDFD run: its DPDFD events are composed into the card), ``train`` (DPDFD trains
-a generator in this run at a share of ε: the same). A source whose ``cost`` is None is independent of all private
+a generator in this run at a share of ε: the same), ``dpgan`` (a GAN with a DP critic trained on the private data
+at a share of ε: record-level, its critic's events composed into the card). A source whose ``cost`` is None is independent of all private
 data, so the record-level guarantee of the labels stands alone.
 """
 
@@ -45,7 +46,7 @@ def source_name(run, opts) -> str:
     if not opts.query_generator:
         raise DpconvertError("Private-kNN needs queries: give `public_data` PATH (unlabelled public images), or `query_generator` "
                              "FILE (saved with `save_generator`), prior or train")
-    return opts.query_generator if opts.query_generator in ("prior", "train") else "saved"
+    return opts.query_generator if opts.query_generator in ("prior", "train", "dpgan") else "saved"
 
 
 def generator_share(run, opts) -> float:
@@ -133,3 +134,63 @@ def _train(run, opts, teacher, n, rng, on_progress) -> QuerySource:
                        f"DPDFD generator trained in this run ({name}; ε share {share:g} at δ/2; {n} samples)",
                        "the teacher beyond the generator's query-level DPDFD guarantee (see record_level_epsilon)",
                        cost=cost, generator_info=info, extra_files=dpdfd.extra_files)  # `save_generator`: written by the DPDFD run
+
+
+@QUERY_SOURCES.register("dpgan")
+def _dpgan(run, opts, teacher, n, rng, on_progress) -> QuerySource:
+    """A GAN with a DP-SGD critic trained on the private records at the generator's share of ε (δ/2); its samples
+    are the queries. The teacher is not involved: the cost is record-level, the critic's events."""
+    from dpconvert.generators.saved import sample_queries
+
+    share = generator_share(run, opts)
+    gan = train_dpgan(run, opts, teacher.spec, share, run.delta / 2, on_progress)
+    info = {"trained_in_this_run": True, "architecture": f"{DPGAN_GENERATOR} generator, DP critic", "samples": n,
+            "dpgan_epsilon_at_its_delta": gan.epsilon, "its_delta": run.delta / 2, "dpgan": gan.mechanism}
+    return QuerySource(sample_queries(gan.generator, n, teacher.spec.num_classes, rng),
+                       f"DP-critic GAN trained on the private data in this run (ε share {share:g} at δ/2; {n} samples)",
+                       "nothing beyond the above: the queries are post-processing of the DP critic", cost=gan, generator_info=info)
+
+
+DPGAN_GENERATOR = "dcgan_small"
+
+
+@dataclass
+class DpganResult:
+    generator: object
+    accountant_state: dict
+    epsilon: float
+    mechanism: dict
+
+
+def train_dpgan(run, opts, spec, eps: float, delta: float, on_progress=None) -> DpganResult:
+    """Load the private data (per record), calibrate the critic's σ to (ε, δ), train; nothing else reads the records."""
+    import torch
+
+    from dpconvert.accounting import DpganAccountant
+    from dpconvert.accounting.calibrate import dpsgd_sigma
+    from dpconvert.generators import create_generator
+    from dpconvert.io.data import load_data
+    from dpconvert.mechanisms.dp_gan import DpGanTraining
+    from dpconvert.mechanisms.noise import mechanism_rng
+
+    sigma = dpsgd_sigma(eps=eps, delta=delta, sampling_rate=opts.gan_sampling_rate, steps=opts.gan_steps, count_sigma=None)
+    private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
+    torch.manual_seed(run.seed + IN_RUN_SEED_OFFSET)
+    generator = create_generator(DPGAN_GENERATOR, spec, nz=64)
+    noise, noise_info = mechanism_rng(run.seed, seeded=run.seeded_noise, offset=IN_RUN_SEED_OFFSET)
+    accountant = DpganAccountant()
+    every = max(1, opts.gan_steps // 10)
+
+    def report(step, loss_d, loss_g):
+        if on_progress and step % every == 0:
+            on_progress({"kind": "query_generator", "stage": "DP-critic GAN", "epsilon_share": eps, "releases": step,
+                         "loss": loss_d})
+    training = DpGanTraining(generator, spec, sigma=sigma, clip=opts.gan_clip, sampling_rate=opts.gan_sampling_rate, steps=opts.gan_steps,
+                             fake_batch=opts.gan_fake_batch, lr=opts.gan_lr, accountant=accountant, noise=noise,
+                             train_rng=torch.Generator().manual_seed(run.seed + IN_RUN_SEED_OFFSET))
+    trained = training.fit(private.x, private.y, report)
+    eps_spent = accountant.epsilon(delta=delta)
+    mechanism = {"sigma": sigma, "clip": opts.gan_clip, "sampling_rate": opts.gan_sampling_rate, "steps": accountant.count("subsampled_gaussian"),
+                 "fake_batch": opts.gan_fake_batch, "engine": "opacus per-sample gradients (GradSampleModule, DPOptimizer) on the critic",
+                 **noise_info}
+    return DpganResult(trained, accountant.state_dict(), eps_spent, mechanism)
