@@ -34,7 +34,7 @@ def one_run(method: str, eps: float, seed: int, config: dict) -> dict:
     from dpconvert import convert
 
     public, evaluation = prepare(Path("benchmarks/runs"))
-    extra = {"public_data": public} if method == "pknn" else {}
+    extra = {"public_data": public} if method == "pknn" and "query_generator" not in config else {}
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         res = convert(TEACHER, out=Path(d) / "student.onnx", method=method, eps=eps, private_data=f"{DATA}:train", eval_data=evaluation,

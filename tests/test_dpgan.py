@@ -108,3 +108,32 @@ def test_pknn_on_dpgan_queries_end_to_end(tmp_path, cli):
     forged = json.loads(json.dumps(data))
     forged["accounting"]["state"]["events"] = [e for e in forged["accounting"]["state"]["events"] if e["mechanism"] != "subsampled_gaussian"]
     assert check_card(forged)[1]
+
+
+def test_synth_writes_data_card_and_grid(tmp_path, cli):
+    from PIL import Image
+
+    from dpconvert.synth import check_data_card
+
+    out = tmp_path / "synthetic.npz"
+    code, _, err = cli("synth", "--private-data", "builtin:digits:train", "--out", out, "--input-size", "1,8,8", "--num-classes", "10",
+                       "--eps", "4", "--gan-steps", "10", "--gan-sampling-rate", "0.1", "--samples", "200", "--grid", tmp_path / "grid.png")
+    assert code == 0, err
+    import numpy as np
+
+    data = np.load(out)
+    assert data["x"].shape == (200, 1, 8, 8) and data["x"].dtype == np.uint8 and np.bincount(data["y"]).tolist() == [20] * 10
+    card = json.loads(out.with_name("synthetic.npz.card.json").read_text())
+    assert card["guarantee"]["scope"] == "record" and card["guarantee"]["epsilon"] <= 4.0
+    assert "expected_privacy_loss" not in json.dumps(card["guarantee"])  # an ex-post estimate is never the guarantee
+    assert check_data_card(card)[1] == []
+    forged = json.loads(json.dumps(card))
+    forged["mechanism"]["steps"] = 1
+    assert any(w == "mechanism.steps" for w, _ in check_data_card(forged)[1])
+    grid = Image.open(tmp_path / "grid.png")
+    assert grid.size[1] >= 10 * 8  # one row of samples per class
+
+
+def test_synth_refuses_a_bad_output_name(tmp_path, cli):
+    code, _, err = cli("synth", "--private-data", "builtin:digits:train", "--out", tmp_path / "x.csv", "--input-size", "1,8,8", "--num-classes", "10")
+    assert code == 1 and "--out" in err and not list(tmp_path.iterdir())

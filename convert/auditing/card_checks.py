@@ -291,6 +291,23 @@ DPGAN_INFO_KEYS = {"trained_in_this_run", "architecture", "samples", "dpgan_epsi
 DPGAN_KEYS = {"sigma", "clip", "sampling_rate", "steps", "fake_batch", "engine"} | NOISE_KEYS
 
 
+@CHECKS.register("dpgan")
+def _check_dpgan_data(p: Problems, accountant, data: dict) -> None:
+    """A synthetic data set's card (``dpconvert synth``): the GAN block is the mechanism block."""
+    m = data.get("mechanism") or {}
+    p.keys(m, "mechanism", DPGAN_KEYS | {"method", "config"}, DPGAN_KEYS | {"method", "config"})
+    p.check(m.get("method") == "dp-critic-gan", "mechanism.method", f"{m.get('method')!r} but the events are DP-critic GAN steps")
+    _check_gan_block(p, m, accountant.events, "mechanism")
+
+
+def _check_gan_block(p: Problems, block: dict, events: list, where: str) -> None:
+    steps = sum(e.count for e in events)
+    p.check(block.get("steps") == steps, f"{where}.steps", f"{block.get('steps')!r} but the events hold {steps} critic steps")
+    for e in events:
+        for key in ("sigma", "clip", "sampling_rate"):
+            _same(p, block, key, e.params.get(key), where)
+
+
 @CHECKS.register("pknn+dpgan")
 def _check_dpgan_pknn(p: Problems, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
@@ -302,13 +319,8 @@ def _check_dpgan_pknn(p: Problems, accountant, data: dict) -> None:
     p.keys(info, "mechanism.query_generator", DPGAN_INFO_KEYS, DPGAN_INFO_KEYS)
     block = info.get("dpgan")
     if p.check(isinstance(block, dict), "mechanism.query_generator.dpgan", "missing"):
-        where = "mechanism.query_generator.dpgan"
-        p.keys(block, where, DPGAN_KEYS, DPGAN_KEYS)
-        steps = sum(e.count for e in gan_acc.events)
-        p.check(block.get("steps") == steps, f"{where}.steps", f"{block.get('steps')!r} but the events hold {steps} critic steps")
-        for e in gan_acc.events:
-            for key in ("sigma", "clip", "sampling_rate"):
-                _same(p, block, key, e.params.get(key), where)
+        p.keys(block, "mechanism.query_generator.dpgan", DPGAN_KEYS, DPGAN_KEYS)
+        _check_gan_block(p, block, gan_acc.events, "mechanism.query_generator.dpgan")
     try:
         its_delta = float(info.get("its_delta"))
         _claims_at_least(p, info.get("dpgan_epsilon_at_its_delta"), gan_acc.epsilon(delta=its_delta), "mechanism.query_generator.dpgan_epsilon_at_its_delta")

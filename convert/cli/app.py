@@ -244,6 +244,43 @@ def convert(
     print_summary(result, throughput=profile)
 
 
+@app.command()
+def synth(
+    private_data: Annotated[str, typer.Option("--private-data", help="The labelled private training data (any reader).", rich_help_panel=DATA)],
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="The synthetic data set, an .npz (x: uint8 N×C×H×W, y); its card goes to OUT.card.json.", rich_help_panel=OUTPUT)],
+    input_size: Annotated[str, typer.Option("--input-size", help="Image size C,H,W of the data set (declared: never read from the data).", rich_help_panel=DATA)],
+    num_classes: Annotated[int, typer.Option("--num-classes", help="Number of classes (declared: never read from the data).", rich_help_panel=DATA)],
+    eps: Annotated[float, typer.Option("--eps", help="Target ε of the whole release (the DP critic's).", rich_help_panel=PRIVACY)] = DEFAULT_EPS,
+    delta: Annotated[float, typer.Option("--delta", help="Target δ.", rich_help_panel=PRIVACY)] = DEFAULT_DELTA,
+    samples: Annotated[int, typer.Option("--samples", help="Synthetic images to write (class-balanced).", rich_help_panel=OUTPUT)] = 10000,
+    grid: Annotated[Optional[Path], typer.Option("--grid", help="Also write a PNG grid of samples, one row per class.", rich_help_panel=OUTPUT)] = None,
+    gan_steps: Annotated[int, typer.Option("--gan-steps", help="DP critic steps.", rich_help_panel=PRIVACY)] = 1000,
+    gan_sampling_rate: Annotated[float, typer.Option("--gan-sampling-rate", help="Poisson rate of the critic's lots.", rich_help_panel=PRIVACY)] = 0.02,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for everything but the DP noise.", rich_help_panel=PRIVACY)] = 0,
+    seeded_noise: Annotated[bool, typer.Option("--seeded-noise", help="Tests and benchmarks only: the noise from --seed (NOT secret; the card says so).", rich_help_panel=PRIVACY)] = False,
+    pixel_range: Annotated[Optional[float], typer.Option("--pixel-range", help="Maximum pixel value of data stored as float or wide integers.", rich_help_panel=DATA)] = None,
+) -> None:
+    """Release a DP synthetic data set: a GAN with a DP critic trained on --private-data, its samples and a card."""
+    import shlex
+
+    from dpconvert.methods.query_sources import GanOptions
+    from dpconvert.synth import synthesize
+
+    try:
+        size = tuple(int(v) for v in input_size.split(","))
+        assert len(size) == 3
+    except (ValueError, AssertionError):
+        raise DpconvertError(f"`input_size` must be C,H,W (e.g. 1,28,28), got {input_size!r}") from None
+    card = synthesize(private_data, out=out_path, input_size=size, num_classes=num_classes, eps=eps, delta=delta, samples=samples, seed=seed,
+                      seeded_noise=seeded_noise, pixel_range=pixel_range, grid=grid,
+                      gan=GanOptions(steps=gan_steps, sampling_rate=gan_sampling_rate),
+                      command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                      on_progress=lambda i: out.print(f"DP critic step {i['releases']}/{gan_steps}, critic loss {i['loss']:.3f}"))
+    g = card["guarantee"]
+    out.print(f"wrote {out_path} ({samples} samples) and {out_path}.card.json: ε={g['epsilon']:.4f}, δ={g['delta']:g}, scope {g['scope']}"
+              + (f"; sample grid {grid}" if grid else ""))
+
+
 # ------------------------------------------------------------------ audit
 def _exit_usage(message: str) -> None:
     err.print(f"error: {as_flags(message)}", style="bold red", markup=False)
@@ -426,7 +463,7 @@ def card_sign(
 
 
 # ------------------------------------------------------------------ entry point
-KNOWN_COMMANDS = {"inspect", "plan", "convert", "audit", "card"}
+KNOWN_COMMANDS = {"inspect", "plan", "convert", "audit", "card", "synth"}
 
 
 def _with_default_command(argv: list[str]) -> list[str]:
