@@ -68,6 +68,8 @@ class ModelAudit:
     scope: Optional[str] = None
     record_level_epsilon: Optional[float] = None
     checks: list[Check] = field(default_factory=list)
+    accuracy: Optional[float] = None  # the card's utility block (empirical, not DP-covered)
+    membership: Optional[dict] = None  # target → the best attack of the card's membership-inference audit (empirical)
 
     @property
     def passed(self) -> bool:
@@ -158,6 +160,7 @@ def audit_model(path: Path, policy: Policy, run_model: bool = True) -> ModelAudi
         a.add("copies agree", sidecar.data == embedded.data, "" if sidecar.data == embedded.data else "the sidecar and the embedded card differ")
     g = card.data["guarantee"]
     a.epsilon, a.delta, a.scope = _as_float(g["epsilon"]), float(g["delta"]), g["scope"]
+    a.accuracy, a.membership = _empirical(card.data)
     a.record_level_epsilon = _as_float(g["record_level_epsilon"])
 
     if model_path.exists():
@@ -251,6 +254,14 @@ def _check_runs(a: ModelAudit, model_path: Path, input_shape: list) -> None:
         a.add("runs in onnxruntime", out.shape[0] == shape[0], f"output {list(out.shape)}")
     except Exception as e:
         a.add("runs in onnxruntime", False, str(e).splitlines()[0][:160])
+
+
+def _empirical(data: dict) -> tuple[Optional[float], Optional[dict]]:
+    """(student accuracy, {target: best attack}) from a card's utility and audit blocks, for reports; never checked as a guarantee."""
+    accuracy = (data.get("utility") or {}).get("student_accuracy")
+    results = (data.get("audit") or {}).get("results") or {}
+    best = {t: max(attacks, key=lambda a: a.get("tpr_at_0.1%_fpr", 0.0)) for t, attacks in results.items() if attacks}
+    return (float(accuracy) if isinstance(accuracy, (int, float)) else None), (best or None)
 
 
 def audit(paths: list[str], policy: Policy) -> list[ModelAudit]:

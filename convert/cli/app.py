@@ -306,6 +306,7 @@ def audit(
     require_secret_noise: Annotated[bool, typer.Option("--require-secret-noise", hidden=True, help="Kept for old CI configs: secret noise is now always required unless --allow-seeded-noise.")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the full report as JSON to this file.")] = None,
     markdown_path: Annotated[Optional[Path], typer.Option("--markdown", help="Append the result table as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).")] = None,
+    html_path: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report: sortable table, ε-vs-accuracy plot, membership-inference points.")] = None,
     members: Annotated[Optional[str], typer.Option("--members", help="Data the model was trained on (labelled).", rich_help_panel=MIA)] = None,
     non_members: Annotated[Optional[str], typer.Option("--non-members", help="Data it was not trained on (labelled).", rich_help_panel=MIA)] = None,
     teacher: Annotated[Optional[str], typer.Option("--teacher", help="Also attack this teacher, side by side.", rich_help_panel=MIA)] = None,
@@ -344,21 +345,30 @@ def audit(
 
             for path, entry in mia.items():
                 record_in_card(path, entry, members, non_members)
-    if json_path is not None:
-        from dpconvert.io.atomic import AtomicOutputs
+    _write_reports(results, policy, mia, json_path, markdown_path, html_path)
+    if not all(r.passed for r in results):
+        raise typer.Exit(1)
 
-        report = {"policy": policy.to_dict(), "passed": all(r.passed for r in results), "models": [r.to_dict() for r in results]}
-        if mia:
-            report["membership_inference"] = mia
-        with AtomicOutputs() as o:
+
+def _write_reports(results, policy, mia: dict, json_path, markdown_path, html_path) -> None:
+    """The audit's files: the JSON report and the HTML page (all or nothing), the Markdown table (appended)."""
+    from dpconvert.io.atomic import AtomicOutputs
+
+    with AtomicOutputs() as o:
+        if json_path is not None:
+            report = {"policy": policy.to_dict(), "passed": all(r.passed for r in results), "models": [r.to_dict() for r in results]}
+            if mia:
+                report["membership_inference"] = mia
             o.write(json_path, json.dumps(report, indent=2, default=str) + "\n")
+        if html_path is not None:
+            from dpconvert.auditing.report import html_report
+
+            o.write(html_path, html_report(results, policy.to_dict()))
     if markdown_path is not None:
         from .render import audit_markdown
 
         with open(markdown_path, "a", encoding="utf-8") as f:
             f.write(audit_markdown(results))
-    if not all(r.passed for r in results):
-        raise typer.Exit(1)
 
 
 # ------------------------------------------------------------------ card show | verify | keygen | sign

@@ -1,0 +1,104 @@
+"""`dpconvert audit ZOO --html report.html`: one self-contained page a person can read.
+
+A sortable table of the models (ε, δ, scope, record-level ε, accuracy, checks, the policy result), the ε-vs-accuracy
+scatter where the cards report utility, and the membership-inference operating points where an empirical audit
+ran (TPR at 0.1 % and 1 % FPR from the card's ``audit`` block). The plots are matplotlib SVGs inlined in the page;
+the sorting is a few lines of inline JavaScript; nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+
+_STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;font-size:14px}
+th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#eee;cursor:pointer}tr.fail td{background:#fde8e8}
+tr.pass td:nth-child(2){color:#176d2c;font-weight:bold}tr.fail td:nth-child(2){color:#a11;font-weight:bold}.plots{display:flex;gap:2em;flex-wrap:wrap}"""
+_SORT = """document.querySelectorAll('th').forEach((th,i)=>th.addEventListener('click',()=>{const tb=th.closest('table').tBodies[0];
+const rows=[...tb.rows];const num=r=>{const v=parseFloat(r.cells[i].dataset.v??r.cells[i].textContent);return isNaN(v)?null:v};
+const dir=th.dataset.dir=th.dataset.dir==='asc'?'desc':'asc';rows.sort((a,b)=>{const x=num(a),y=num(b);
+const c=(x!==null&&y!==null)?x-y:a.cells[i].textContent.localeCompare(b.cells[i].textContent);return dir==='asc'?c:-c});
+rows.forEach(r=>tb.appendChild(r))}));"""
+COLUMNS = ("model", "result", "ε", "δ", "scope", "record-level ε", "accuracy", "why")
+
+
+def _num(v, fmt: str = "{:.4g}") -> tuple[str, str]:
+    """(shown text, sort key) of a number that may be missing or infinite."""
+    if v is None:
+        return "—", ""
+    if isinstance(v, float) and math.isinf(v):
+        return "∞", "1e308"
+    return fmt.format(v), repr(float(v))
+
+
+def _row(r) -> str:
+    eps = r.recomputed_epsilon if r.recomputed_epsilon is not None else r.epsilon
+    cells = [(r.path, None), ("pass" if r.passed else "FAIL", None), _num(eps), _num(r.delta, "{:g}"), (r.scope or "—", None),
+             _num(r.record_level_epsilon), _num(r.accuracy, "{:.3f}"), ("; ".join(r.failures()), None)]
+    tds = "".join(f'<td data-v="{html.escape(key)}">{html.escape(text)}</td>' if key is not None else f"<td>{html.escape(text)}</td>"
+                  for text, key in cells)
+    return f'<tr class="{"pass" if r.passed else "fail"}">{tds}</tr>'
+
+
+def _svg(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()[buf.getvalue().find("<svg"):]
+
+
+def _scatter(results) -> str:
+    pts = [(r.recomputed_epsilon if r.recomputed_epsilon is not None else r.epsilon, r.accuracy, r.passed, r.scope) for r in results]
+    pts = [p for p in pts if p[0] is not None and p[1] is not None and math.isfinite(p[0])]
+    if not pts:
+        return "<p>No card in this zoo reports utility, so there is no ε–accuracy plot.</p>"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for scope, marker in (("record", "o"), ("query", "s")):
+        sel = [p for p in pts if p[3] == scope]
+        if sel:
+            ax.scatter([p[0] for p in sel], [p[1] for p in sel], marker=marker, c=["#176d2c" if p[2] else "#a11" for p in sel], label=f"scope {scope}")
+    ax.set(xlabel="ε (recomputed)", ylabel="accuracy (card, not DP-covered)", title="privacy vs utility")
+    ax.set_xscale("log")
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def _membership(results) -> str:
+    rows = [(r.path, t, a) for r in results for t, a in (r.membership or {}).items()]
+    if not rows:
+        return "<p>No card in this zoo carries an empirical membership-inference audit.</p>"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for path, target, a in rows:
+        fpr = [1e-3, 1e-2, 1.0]
+        tpr = [a["tpr_at_0.1%_fpr"], a["tpr_at_1%_fpr"], 1.0]
+        ax.plot(fpr, tpr, marker="o", label=f"{path} ({target}, AUC {a['auc']:.3f})")
+    ax.plot([1e-3, 1], [1e-3, 1], ls=":", c="grey")
+    ax.set(xscale="log", yscale="log", xlabel="false positive rate", ylabel="true positive rate", title="membership inference (best attack)")
+    ax.legend(fontsize=6)
+    return _svg(fig)
+
+
+def html_report(results, policy: dict) -> str:
+    passed = sum(r.passed for r in results)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    body = "\n".join(_row(r) for r in results)
+    rules = ", ".join(f"{k} = {v}" for k, v in policy.items() if v not in (None, False)) or "no limits (card checks only)"
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>dpconvert audit</title><style>{_STYLE}</style></head><body>"
+            f"<h1>dpconvert audit: {passed}/{len(results)} pass</h1><p>Policy: {html.escape(rules)}. ε is recomputed from each card's "
+            "accountant events; accuracy and membership inference are empirical, not part of any guarantee. Click a column to sort.</p>"
+            f"<table id='models'><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>"
+            f"<div class='plots'><div>{_scatter(results)}</div><div>{_membership(results)}</div></div>"
+            f"<script>{_SORT}</script></body></html>\n")
