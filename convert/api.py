@@ -49,11 +49,13 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
 def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: float = DEFAULT_DELTA, n: Optional[int] = None,
          releases: int = 1, batch_size: int = 256, noise_multiplier: Optional[float] = None, k: Optional[int] = None,
          sampling_rate: Optional[float] = None, sigma1: Optional[float] = None, threshold: Optional[float] = None,
-         sigma2: Optional[float] = None, num_classes: int = 10, queries: int = 1000, answered: Optional[int] = None) -> dict:
+         sigma2: Optional[float] = None, num_classes: int = 10, queries: int = 1000, answered: Optional[int] = None,
+         epochs: Optional[int] = None, clip: Optional[float] = None, sigma: Optional[float] = None, count_sigma: Optional[float] = None) -> dict:
     """The privacy plan: σ for a target ε (or ε for a given σ), ε by every accountant, the record-level worst case.
 
     DPDFD: ``releases``, ``batch_size``, ``noise_multiplier``. Private-kNN: ``k``, ``sampling_rate``, ``sigma1``,
     ``threshold``, ``sigma2`` (defaults: ``PknnOptions``), ``num_classes``, ``queries``, ``answered`` (default all).
+    DP-SGD: ``epochs``, ``sampling_rate``, ``clip``, ``sigma``, ``count_sigma`` (defaults: ``DpsgdOptions``).
     ``n``: the private-set size, if known, to check δ ≤ 1/n.
     """
     from .accounting.planning import plan_dpdfd, plan_pknn
@@ -67,7 +69,15 @@ def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: float = D
                            if v is not None})
         return plan_pknn(eps=eps, delta=delta, k=o.k, sampling_rate=o.sampling_rate, sigma1=o.sigma1, threshold=o.threshold_value,
                          sigma2=o.sigma2, num_classes=num_classes, queries=queries, answered=queries if answered is None else answered, n=n)
-    raise DpconvertError(f"unknown `method` {method!r}; choose dpdfd or pknn")
+    if method == "dpsgd":
+        from .accounting.planning import check_delta, plan_dpsgd
+        from .methods.dpsgd import DpsgdOptions
+
+        check_delta(delta, n)
+        o = DpsgdOptions(**{k_: v for k_, v in dict(epochs=epochs, sampling_rate=sampling_rate, clip=clip, sigma=sigma, count_sigma=count_sigma).items()
+                            if v is not None})
+        return plan_dpsgd(eps=eps, delta=delta, sampling_rate=o.sampling_rate, steps=o.steps, clip=o.clip, sigma=o.sigma, count_sigma=o.count_sigma)
+    raise DpconvertError(f"unknown `method` {method!r}; choose dpdfd, pknn or dpsgd")
 
 
 def audit(paths, **policy) -> list:

@@ -146,3 +146,12 @@ def test_scatternet_matches_kymatio():
     ref = ScatteringTorch2D(J=2, shape=(28, 28), L=8)(x).reshape(16, 81, 7, 7)
     inner = (slice(None), slice(None), slice(1, -1), slice(1, -1))
     assert ((ours[inner] - ref[inner]).norm() / ref[inner].norm()).item() < 0.02
+
+
+def test_plan_command_gives_the_sigma_the_run_used(dpsgd_card, cli):
+    data = json.loads(dpsgd_card.with_name("s.onnx.card.json").read_text())
+    code, out, _ = cli("plan", "--method", "dpsgd", "--eps", "1", "--epochs", "2", "--json")
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["sigma"] == data["mechanism"]["sigma"] and plan["steps"] == data["mechanism"]["steps"]
+    assert plan["epsilon"] == pytest.approx(data["guarantee"]["epsilon"])

@@ -128,7 +128,7 @@ def inspect(
 # ------------------------------------------------------------------ plan
 @app.command()
 def plan(
-    method: Annotated[str, typer.Option("--method", help="dpdfd or pknn.")] = "dpdfd",
+    method: Annotated[str, typer.Option("--method", help="dpdfd, pknn or dpsgd.")] = "dpdfd",
     eps: Annotated[Optional[float], typer.Option("--eps", help="Target ε (calibrates the noise).")] = None,
     delta: Annotated[float, typer.Option("--delta", help="Target δ.")] = DEFAULT_DELTA,
     n: Annotated[Optional[int], typer.Option("--n", help="Private set size, if known (checks δ ≤ 1/n).")] = None,
@@ -136,13 +136,17 @@ def plan(
     batch_size: Annotated[int, typer.Option("--batch-size", help="DPDFD: rows per release B (only the record-level bound depends on it).")] = 256,
     noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="DPDFD: use this σ and compute ε instead of calibrating.")] = None,
     k: Annotated[Optional[int], typer.Option("--k", help=f"Private-kNN: neighbours (default {P.k}).")] = None,
-    sampling_rate: Annotated[Optional[float], typer.Option("--sampling-rate", help=f"Private-kNN: Poisson sampling rate γ (default {P.sampling_rate}).")] = None,
+    sampling_rate: Annotated[Optional[float], typer.Option("--sampling-rate", help=f"Private-kNN: Poisson sampling rate γ (default {P.sampling_rate}); DP-SGD: lot rate q (default {S.sampling_rate}).")] = None,
     sigma1: Annotated[Optional[float], typer.Option("--sigma1", help=f"Private-kNN: screening noise σ1 (default {P.sigma1}).")] = None,
     threshold: Annotated[Optional[float], typer.Option("--threshold", help=f"Private-kNN: screening threshold (default {P.threshold_ratio}·k).")] = None,
     sigma2: Annotated[Optional[float], typer.Option("--sigma2", help="Private-kNN: argmax noise (default: calibrated to --eps).")] = None,
     num_classes: Annotated[int, typer.Option("--num-classes", help="Private-kNN: classes.")] = 10,
     queries: Annotated[int, typer.Option("--queries", help="Private-kNN: queries screened.")] = 1000,
     answered: Annotated[Optional[int], typer.Option("--answered", help="Private-kNN: queries answered (default: all).")] = None,
+    epochs: Annotated[Optional[int], typer.Option("--epochs", help=f"DP-SGD: epochs of ⌊1/q⌋ steps (default {S.epochs}).")] = None,
+    clip: Annotated[Optional[float], typer.Option("--clip", help=f"DP-SGD: per-example gradient norm bound (default {S.clip:g}).")] = None,
+    sigma: Annotated[Optional[float], typer.Option("--sigma", help="DP-SGD: use this noise multiplier and compute ε.")] = None,
+    count_sigma: Annotated[Optional[float], typer.Option("--count-sigma", help=f"DP-SGD: noise of the record count (default {S.count_sigma:g}).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Plan a privacy budget: the noise for a target ε, and ε by each accountant."""
@@ -152,7 +156,7 @@ def plan(
 
     result = make_plan(method, eps=eps, delta=delta, n=n, releases=steps, batch_size=batch_size, noise_multiplier=noise_multiplier, k=k,
                        sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold, sigma2=sigma2, num_classes=num_classes,
-                       queries=queries, answered=answered)
+                       queries=queries, answered=answered, epochs=epochs, clip=clip, sigma=sigma, count_sigma=count_sigma)
     if as_json:
         print(json.dumps(result, indent=2))
         return
