@@ -59,12 +59,11 @@ class DpGanTraining:
         return self.generator(z, y), y
 
     def fit(self, x: torch.Tensor, y: torch.Tensor, on_step: Optional[Callable[[int, float, float], None]] = None) -> nn.Module:
-        from opacus.data_loader import DPDataLoader
         from opacus.grad_sample import GradSampleModuleFastGradientClipping
         from opacus.optimizers import DPOptimizerFastGradientClipping
         from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 
-        from .dp_sgd import _quiet_opacus
+        from .dp_sgd import _quiet_opacus, poisson_lots
 
         # ghost clipping: each example's whole-critic gradient norm without materialising per-example gradients
         critic = GradSampleModuleFastGradientClipping(self.critic, max_grad_norm=self.clip, use_ghost_clipping=True)
@@ -74,18 +73,13 @@ class DpGanTraining:
         opt_d.attach_step_hook(self._record)
         self.critic_loss = DPLossFastGradientClipping(critic, opt_d, torch.nn.BCEWithLogitsLoss())
         opt_g = torch.optim.Adam(self.generator.parameters(), lr=self.lr, betas=(0.5, 0.999))
-        loader = DPDataLoader(torch.utils.data.TensorDataset(x, y.long()), sample_rate=self.sampling_rate, generator=self.noise)
-        step = 0
+        y = y.long()
         with _quiet_opacus():
-            while step < self.steps:
-                for xr, yr in loader:
-                    if step == self.steps:
-                        break
-                    loss_d = self._critic_step(critic, opt_d, xr, yr)
-                    loss_g = self._generator_step(critic, opt_g)
-                    step += 1
-                    if on_step:
-                        on_step(step, loss_d, loss_g)
+            for step, idx in enumerate(poisson_lots(len(x), self.sampling_rate, self.steps, self.noise), 1):
+                loss_d = self._critic_step(critic, opt_d, x[idx], y[idx])
+                loss_g = self._generator_step(critic, opt_g)
+                if on_step:
+                    on_step(step, loss_d, loss_g)
         return self.generator.eval()
 
     def _critic_step(self, critic, opt, xr: torch.Tensor, yr: torch.Tensor) -> float:

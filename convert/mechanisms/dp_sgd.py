@@ -1,7 +1,7 @@
 """DP-SGD through Opacus: per-example clipping and Gaussian noise on Poisson-sampled lots.
 
 Opacus does the per-example gradients (``GradSampleModule``), the clipping and the noise (``DPOptimizer``) and
-the Poisson sampling (``DPDataLoader``); this object wires them to dpconvert's secret generator and its
+the Poisson sampling (its ``UniformWithReplacementSampler``); this object wires them to dpconvert's secret generator and its
 accountant. The optimizer that added the noise reports each step (σ, C, q as it used them) through its step
 hook, so the card's events are what ran, not what was planned.
 
@@ -35,28 +35,22 @@ class DpSgd:
 
     def fit(self, x: torch.Tensor, y: torch.Tensor, on_step: Optional[Callable[[int], None]] = None) -> torch.nn.Module:
         """Train ``module`` in place for ``steps`` noisy steps on (x, y); returns the trained module (unwrapped)."""
-        from opacus.data_loader import DPDataLoader
-
         expected = max(1, round(self.sampling_rate * self.noisy_count(len(x))))
         model, opt, criterion = self._engine(expected)
         opt.attach_step_hook(self._record)
-        loader = DPDataLoader(torch.utils.data.TensorDataset(x, y.long()), sample_rate=self.sampling_rate, generator=self.generator)
+        y = y.long()
         model.train()
         with _quiet_opacus():
-            step = 0
-            while step < self.steps:
-                for xb, yb in loader:
-                    if step == self.steps:
-                        break
-                    opt.zero_grad()
-                    out = model(xb)
-                    # an empty lot still takes its noisy step (skipping it would depend on the data); its loss is 0
-                    loss = criterion(out, yb) if len(xb) else out.sum() * 0.0
-                    loss.backward()
-                    opt.step()
-                    step += 1
-                    if on_step:
-                        on_step(step)
+            for step, idx in enumerate(poisson_lots(len(x), self.sampling_rate, self.steps, self.generator), 1):
+                xb, yb = x[idx], y[idx]
+                opt.zero_grad()
+                out = model(xb)
+                # an empty lot still takes its noisy step (skipping it would depend on the data); its loss is 0
+                loss = criterion(out, yb) if len(xb) else out.sum() * 0.0
+                loss.backward()
+                opt.step()
+                if on_step:
+                    on_step(step)
         return model._module
 
     def _engine(self, expected_batch_size: int):
@@ -84,6 +78,16 @@ class DpSgd:
 
     def _record(self, opt) -> None:
         self.accountant.record("subsampled_gaussian", sigma=opt.noise_multiplier, clip=opt.max_grad_norm, sampling_rate=self.sampling_rate)
+
+
+def poisson_lots(n: int, sampling_rate: float, steps: int, generator: torch.Generator):
+    """``steps`` index tensors: Opacus' Poisson sampler (each of the n records joins each lot independently with
+    probability q, from ``generator``). Indexing the tensors directly instead of collating one item at a time through a
+    DataLoader is the same lots, several times faster for lots of thousands."""
+    from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+
+    for indices in UniformWithReplacementSampler(num_samples=n, sample_rate=sampling_rate, generator=generator, steps=steps):
+        yield torch.as_tensor(indices, dtype=torch.long)
 
 
 @contextlib.contextmanager

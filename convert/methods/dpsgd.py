@@ -130,7 +130,7 @@ class DpSgdMethod(Method):
             mechanism={"method": "dp-sgd", "sigma": plan["sigma"], "clip": opts.clip, "sampling_rate": opts.sampling_rate,
                        "steps": accountant.count("subsampled_gaussian"), "count_sigma": opts.count_sigma,
                        "sampling": "Poisson (each record joins each lot independently with probability q)",
-                       "engine": f"{mech.engine}; lots by opacus DPDataLoader",
+                       "engine": f"{mech.engine}; Poisson lots by opacus UniformWithReplacementSampler",
                        "trained": part, "labels": "the private records' own labels", "teacher": TEACHER_NOT_USED,
                        "learning_rate_scale": "lr / (q·ñ), ñ the noisy record count", **noise_info, "config": {**asdict(opts), "seed": run.seed}},
         )
