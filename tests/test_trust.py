@@ -303,6 +303,30 @@ def test_hugging_face_model_card(dpdfd_model, tmp_path, cli):
     assert metric["type"] == "accuracy" and 0 < metric["value"] <= 1 and "not covered" in metric["name"]
 
 
+def test_audit_reads_a_hub_layout_folder(dpdfd_model, tmp_path, cli):
+    """README.md (card export --format hf) + the model file: the card is read from the README when the model has no
+    other copy; copies must agree; an edited README card fails."""
+    import shutil
+
+    import onnx
+
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    proto = onnx.load(dpdfd_model)
+    del proto.metadata_props[:]  # no embedded card
+    onnx.save(proto, hub / "model.onnx")
+    assert cli("audit", hub)[0] == 1  # no card anywhere yet
+    assert cli("card", "export", dpdfd_model, "--format", "hf", "--out", hub / "README.md")[0] == 0
+    code, outp, _ = cli("card", "verify", hub / "model.onnx")
+    assert code == 0 and "card present: README.md" in outp
+    text = (hub / "README.md").read_text()
+    (hub / "README.md").write_text(text.replace('"scope": "query"', '"scope": "record"', 1))
+    assert cli("audit", hub)[0] == 1
+    shutil.copy(dpdfd_model, hub / "model.onnx")  # embedded copy back: README (edited) and embedded disagree
+    code, outp, _ = cli("card", "verify", hub / "model.onnx")
+    assert code == 1 and "copies agree" in outp
+
+
 def test_timings_that_scale_with_the_private_set_stay_off_the_card(tmp_path, cli):
     code, outp, err = cli("builtin:digits", *PKNN_FAST, "--public-data", "builtin:digits", "--eps", "8", "--profile", "--out", tmp_path / "s.onnx")
     assert code == 0, err

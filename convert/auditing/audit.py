@@ -147,17 +147,21 @@ def audit_model(path: Path, policy: Policy, run_model: bool = True) -> ModelAudi
         if proto is not None:
             embedded = extract_card(proto, model_path.name)
             a.card = a.card or f"{model_path.name} (embedded)"
+        readme = _hub_readme_card(model_path)
+        a.card = a.card or (f"{model_path.parent / 'README.md'} (model card)" if readme else None)
     except DpconvertError as e:
         a.add("card valid", False, str(e))
         return a
-    card = sidecar or embedded
-    if card is None:
+    copies = {name: c for name, c in (("sidecar", sidecar), ("embedded", embedded), ("README.md", readme)) if c is not None}
+    if not copies:
         a.add("card present", policy.allow_missing, "no privacy card: no DP guarantee" + (" (allowed by --allow-missing)" if policy.allow_missing else ""))
         return a
-    a.add("card present", True, "sidecar + embedded" if sidecar and embedded else ("sidecar" if sidecar else "embedded"))
+    card = next(iter(copies.values()))
+    a.add("card present", True, " + ".join(copies))
     a.add("card valid", True, f"schema {card.data['schema_version']}")
-    if sidecar and embedded:
-        a.add("copies agree", sidecar.data == embedded.data, "" if sidecar.data == embedded.data else "the sidecar and the embedded card differ")
+    if len(copies) > 1:
+        agree = all(c.data == card.data for c in copies.values())
+        a.add("copies agree", agree, "" if agree else f"the copies ({', '.join(copies)}) differ")
     g = card.data["guarantee"]
     a.epsilon, a.delta, a.scope = _as_float(g["epsilon"]), float(g["delta"]), g["scope"]
     a.accuracy, a.membership = _empirical(card.data)
@@ -254,6 +258,21 @@ def _check_runs(a: ModelAudit, model_path: Path, input_shape: list) -> None:
         a.add("runs in onnxruntime", out.shape[0] == shape[0], f"output {list(out.shape)}")
     except Exception as e:
         a.add("runs in onnxruntime", False, str(e).splitlines()[0][:160])
+
+
+def _hub_readme_card(model_path: Path):
+    """The card in a Hugging Face-style README.md beside the model (``card export --format hf``), when it names this
+    model file or the folder holds no other model; None otherwise."""
+    from dpconvert.zoo_cards.hf import card_from_model_card
+
+    readme = model_path.parent / "README.md"
+    if not readme.is_file():
+        return None
+    card = card_from_model_card(readme.read_text(encoding="utf-8", errors="replace"), str(readme))
+    if card is None:
+        return None
+    others = [f for f in model_path.parent.iterdir() if f.suffix.lower() in MODEL_SUFFIXES and f != model_path]
+    return card if card.data["model"]["file"] == model_path.name or not others else None
 
 
 def _empirical(data: dict) -> tuple[Optional[float], Optional[dict]]:
