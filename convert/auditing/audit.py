@@ -279,7 +279,12 @@ def _empirical(data: dict) -> tuple[Optional[float], Optional[dict]]:
     """(student accuracy, {target: best attack}) from a card's utility and audit blocks, for reports; never checked as a guarantee."""
     accuracy = (data.get("utility") or {}).get("student_accuracy")
     results = (data.get("audit") or {}).get("results") or {}
-    best = {t: max(attacks, key=lambda a: a.get("tpr_at_0.1%_fpr", 0.0)) for t, attacks in results.items() if attacks}
+    best = {}
+    for target, attacks in results.items() if isinstance(results, dict) else ():
+        rows = list(attacks.values()) if isinstance(attacks, dict) else list(attacks or [])  # {attack: metrics} as `--write-card` stores it
+        rows = [r for r in rows if isinstance(r, dict) and isinstance(r.get("tpr_at_0.1%_fpr"), (int, float))]
+        if rows:
+            best[target] = max(rows, key=lambda r: r["tpr_at_0.1%_fpr"])
     return (float(accuracy) if isinstance(accuracy, (int, float)) else None), (best or None)
 
 
