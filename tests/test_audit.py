@@ -168,3 +168,15 @@ def test_markdown_summary_and_pre_commit_hook(cli, zoo, tmp_path):
     assert code == 1 and "### dpconvert audit: 2/3 pass" in text and "| student0.onnx | ✅ pass |" in text and "❌ FAIL" in text
     hooks = yaml.safe_load((Path(__file__).parents[1] / ".pre-commit-hooks.yaml").read_text())
     assert hooks[0]["id"] == "dpconvert-audit" and hooks[0]["entry"] == "dpconvert audit"
+
+
+def test_a_large_zoo_is_audited_in_parallel_with_the_same_results(tmp_path):
+    """Above PARALLEL_FROM models the audit runs on every core; the results (and their order) are the sequential ones."""
+    from dpconvert.auditing.audit import PARALLEL_FROM, Policy, audit, audit_model, discover
+
+    crafted = Path(__file__).parent / "fixtures" / "crafted_cards"
+    shutil.copytree(crafted, tmp_path / "zoo", ignore=shutil.ignore_patterns("expected.json"))
+    models = discover([str(tmp_path / "zoo")])
+    assert len(models) >= PARALLEL_FROM
+    policy = Policy(allow_seeded_noise=True)
+    assert [r.to_dict() for r in audit([str(tmp_path / "zoo")], policy)] == [audit_model(m, policy).to_dict() for m in models]
