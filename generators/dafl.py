@@ -8,22 +8,15 @@ can be asked for a class (the label is public: chosen by us, not the data).
 
 from __future__ import annotations
 
-import math
-
-import torch
-import torch.nn.functional as F
 from torch import nn
 
+from .base import ConditionalImageGenerator
 from .registry import GENERATORS
 
 
-class DaflGenerator(nn.Module):
+class DaflGenerator(ConditionalImageGenerator):
     def __init__(self, spec, nz: int = 100, width: int = 64, conditional: bool = True) -> None:
-        super().__init__()
-        self.spec, self.nz = spec, nz
-        self.num_classes = spec.num_classes if conditional else None
-        self.init_h, self.init_w = max(2, math.ceil(spec.height / 4)), max(2, math.ceil(spec.width / 4))
-        self.embed = nn.Embedding(spec.num_classes, nz) if conditional else None
+        super().__init__(spec, nz, width, conditional)
         self.fc = nn.Linear(nz, 2 * width * self.init_h * self.init_w)
         self.net = nn.Sequential(
             nn.BatchNorm2d(2 * width),
@@ -38,21 +31,6 @@ class DaflGenerator(nn.Module):
             nn.Conv2d(width, spec.channels, 3, padding=1),
             nn.Tanh(),
         )
-        self.width = width
-        self.register_buffer("mean", torch.tensor(spec.mean).view(1, -1, 1, 1))
-        self.register_buffer("std", torch.tensor(spec.std).view(1, -1, 1, 1))
-
-    def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-        if self.embed is not None:
-            if labels is None:
-                raise ValueError("a conditional generator needs labels")
-            z = z * self.embed(labels)
-        h = self.fc(z).view(z.shape[0], 2 * self.width, self.init_h, self.init_w)
-        img = self.net(h)
-        if img.shape[-2:] != (self.spec.height, self.spec.width):
-            img = F.interpolate(img, size=(self.spec.height, self.spec.width), mode="bilinear", align_corners=False)
-        pixels = (img + 1) / 2
-        return (pixels - self.mean) / self.std
 
 
 @GENERATORS.register("dafl")
