@@ -286,25 +286,13 @@ class LaplaceAccountant(Accountant):
 
 @ACCOUNTANTS.register("dpgan")
 @dataclass
-class DpganAccountant(Accountant):
-    """The DP-critic GAN (``mechanisms/dp_gan.py``): event ``subsampled_gaussian`` (sigma, clip, sampling_rate) per
-    critic step, composed by PLD (reported) and RDP. The generator is post-processing of the critic."""
+class DpganAccountant(DpsgdAccountant):
+    """The DP-critic GAN (``mechanisms/dp_gan.py``): DP-SGD's accounting without the noisy count (the critic's Adam
+    needs no lot-size normaliser): event ``subsampled_gaussian`` per critic step, PLD (reported) and RDP. The
+    generator is post-processing of the critic."""
 
     name: str = "dpgan"
     mechanisms: tuple[str, ...] = ("subsampled_gaussian",)
-    scope: str = "record"
-    adjacency: str = ADJACENCY_RECORD
-
-    def terms(self) -> list:
-        return [(e.params["sigma"], e.count, e.params["sampling_rate"]) for e in self.events]
-
-    def epsilons(self, *, delta: float) -> dict[str, float]:
-        from . import dpsgd
-
-        return dpsgd.epsilons(self.terms(), delta) if self.events else {"pld": 0.0, "rdp": 0.0, "epsilon": 0.0}
-
-    def record_level_epsilon(self, *, delta: float) -> float:
-        return self.epsilon(delta=delta)
 
     def rdp(self, orders) -> "object":
         """The RDP curve at ``orders`` (for a joint RDP composition with other mechanisms)."""

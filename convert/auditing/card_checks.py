@@ -250,13 +250,9 @@ def _check_dpsgd(p: Problems, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
     p.keys(m, "mechanism", DPSGD_KEYS, DPSGD_REQUIRED)
     p.check(m.get("method") == "dp-sgd", "mechanism.method", f"{m.get('method')!r} but the events are DP-SGD steps")
-    steps = [e for e in accountant.events if e.mechanism == "subsampled_gaussian"]
     counts = [e for e in accountant.events if e.mechanism == "gaussian_count"]
-    p.check(m.get("steps") == sum(e.count for e in steps), "mechanism.steps", f"{m.get('steps')!r} but the events hold {sum(e.count for e in steps)} steps")
+    _check_noisy_steps(p, m, [e for e in accountant.events if e.mechanism == "subsampled_gaussian"], "mechanism")
     p.check(sum(e.count for e in counts) == 1, "accounting.state.events", "DP-SGD draws exactly one noisy record count")
-    for e in steps:
-        for key in ("sigma", "clip", "sampling_rate"):
-            _same(p, m, key, e.params.get(key), "mechanism")
     for e in counts:
         _same(p, m, "count_sigma", e.params.get("sigma"), "mechanism")
     cfg = m.get("config")
@@ -297,12 +293,13 @@ def _check_dpgan_data(p: Problems, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
     p.keys(m, "mechanism", DPGAN_KEYS | {"method", "config"}, DPGAN_KEYS | {"method", "config"})
     p.check(m.get("method") == "dp-critic-gan", "mechanism.method", f"{m.get('method')!r} but the events are DP-critic GAN steps")
-    _check_gan_block(p, m, accountant.events, "mechanism")
+    _check_noisy_steps(p, m, accountant.events, "mechanism")
 
 
-def _check_gan_block(p: Problems, block: dict, events: list, where: str) -> None:
+def _check_noisy_steps(p: Problems, block: dict, events: list, where: str) -> None:
+    """A block of Poisson-subsampled Gaussian steps (DP-SGD, the DP critic): its steps, σ, C and q against the events."""
     steps = sum(e.count for e in events)
-    p.check(block.get("steps") == steps, f"{where}.steps", f"{block.get('steps')!r} but the events hold {steps} critic steps")
+    p.check(block.get("steps") == steps, f"{where}.steps", f"{block.get('steps')!r} but the events hold {steps} noisy steps")
     for e in events:
         for key in ("sigma", "clip", "sampling_rate"):
             _same(p, block, key, e.params.get(key), where)
@@ -320,7 +317,7 @@ def _check_dpgan_pknn(p: Problems, accountant, data: dict) -> None:
     block = info.get("dpgan")
     if p.check(isinstance(block, dict), "mechanism.query_generator.dpgan", "missing"):
         p.keys(block, "mechanism.query_generator.dpgan", DPGAN_KEYS, DPGAN_KEYS)
-        _check_gan_block(p, block, gan_acc.events, "mechanism.query_generator.dpgan")
+        _check_noisy_steps(p, block, gan_acc.events, "mechanism.query_generator.dpgan")
     try:
         its_delta = float(info.get("its_delta"))
         _claims_at_least(p, info.get("dpgan_epsilon_at_its_delta"), gan_acc.epsilon(delta=its_delta), "mechanism.query_generator.dpgan_epsilon_at_its_delta")

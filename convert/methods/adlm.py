@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from dpconvert.errors import DpconvertError
 from dpconvert.profiling import phase
 
-from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, register
+from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, noise_probe, register
 
 CORRECTIONS = [
     "relevance from per-class sums of per-record L1-normalised fixed features (sensitivity 1), not from LRP on a network trained on "
@@ -78,7 +78,7 @@ class AdaptiveLaplaceMethod(Method):
     def run(self, run, opts: AdlmOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
 
-        from dpconvert.accounting import LaplaceAccountant
+        from dpconvert.accounting import LaplaceAccountant, library_versions
         from dpconvert.accounting.adjacency import ADJACENCY_RECORD
         from dpconvert.io.data import load_data
         from dpconvert.mechanisms.adlm import AdaptiveLaplace
@@ -113,11 +113,11 @@ class AdaptiveLaplaceMethod(Method):
         if eps > run.eps * (1 + 1e-9):
             raise DpconvertError(f"internal error: AdLM spent ε={eps} > target {run.eps}; nothing was written")
         return MethodOutput(
-            student=student, student_name=STUDENT_NAME, probe=torch.rand(run.parity_inputs, *spec.shape, generator=torch.Generator().manual_seed(run.seed)) * 2 - 1,
+            student=student, student_name=STUDENT_NAME, probe=noise_probe(spec, run),
             rounds=[], warnings=[SEEDED_WARNING] if run.seeded_noise else [],
             guarantee={"epsilon": eps, "delta": 0.0, "scope": "record", "adjacency": accountant.adjacency, "record_level_epsilon": eps,
                        "covers": COVERS_STUDENT, "not_covered": NOT_COVERED},
-            accounting={"accountant": accountant.name, "epsilons": {"laplace_composition": eps}, "libraries": _libraries(), "calibrated": True,
+            accounting={"accountant": accountant.name, "epsilons": {"laplace_composition": eps}, "libraries": library_versions(), "calibrated": True,
                         "target_epsilon": run.eps, "state": accountant.state_dict(),
                         "note": "two Laplace releases of class sums of L1-normalised features (L1 sensitivity 1 each under add/remove), "
                                 "sequential composition: ε = ε₁ + ε₂, δ = 0"},
@@ -129,8 +129,3 @@ class AdaptiveLaplaceMethod(Method):
                        "corrections": CORRECTIONS, **noise_info, "config": {**asdict(opts), "seed": run.seed}},
         )
 
-
-def _libraries() -> dict:
-    from dpconvert.accounting import library_versions
-
-    return library_versions()

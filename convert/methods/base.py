@@ -76,3 +76,10 @@ def register(cls):
 def card_number(v: float):
     """JSON has no infinity: ε = ∞ (no noise) is written as the string "inf"."""
     return "inf" if isinstance(v, float) and math.isinf(v) else v
+
+
+def noise_probe(spec, run):
+    """Inputs for the ONNX parity check that carry no private record: uniform noise in [−1, 1] from the seed."""
+    import torch
+
+    return torch.rand(run.parity_inputs, *spec.shape, generator=torch.Generator().manual_seed(run.seed)) * 2 - 1

@@ -20,7 +20,7 @@ from typing import Optional
 from dpconvert.errors import DpconvertError
 from dpconvert.profiling import phase
 
-from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, register
+from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, noise_probe, register
 
 log = logging.getLogger("dpconvert")
 
@@ -90,7 +90,7 @@ class DpSgdMethod(Method):
     def run(self, run, opts: DpsgdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
 
-        from dpconvert.accounting import DpsgdAccountant
+        from dpconvert.accounting import DpsgdAccountant, library_versions
         from dpconvert.io.data import load_data
         from dpconvert.mechanisms.dp_sgd import DpSgd
         from dpconvert.mechanisms.noise import SEEDED_WARNING, mechanism_rng
@@ -118,13 +118,13 @@ class DpSgdMethod(Method):
         if run.eps is not None and eps_all["epsilon"] > run.eps * (1 + 1e-9):
             raise DpconvertError(f"internal error: DP-SGD spent ε={eps_all['epsilon']} > target {run.eps}; nothing was written")
         return MethodOutput(
-            student=student.eval(), student_name=student_name, probe=_probe(spec, run),
+            student=student.eval(), student_name=student_name, probe=noise_probe(spec, run),
             rounds=[], warnings=[SEEDED_WARNING] if run.seeded_noise else [],
             guarantee={"epsilon": eps_all["epsilon"], "delta": run.delta, "scope": "record", "adjacency": accountant.adjacency,
                        "record_level_epsilon": accountant.record_level_epsilon(delta=run.delta), "covers": COVERS_STUDENT,
                        "not_covered": NOT_COVERED},
             accounting={"accountant": accountant.name, "epsilons": {k: v for k, v in eps_all.items() if k != "epsilon"},
-                        "libraries": _libraries(), "calibrated": plan["calibrated"], "target_epsilon": run.eps, "state": accountant.state_dict(),
+                        "libraries": library_versions(), "calibrated": plan["calibrated"], "target_epsilon": run.eps, "state": accountant.state_dict(),
                         "note": "Poisson-subsampled Gaussian steps (sensitivity C under add/remove) and one Gaussian count (sensitivity 1), "
                                 "composed by dp_accounting's PLD accountant (reported) and RDP accountant"},
             mechanism={"method": "dp-sgd", "sigma": plan["sigma"], "clip": opts.clip, "sampling_rate": opts.sampling_rate,
@@ -163,15 +163,3 @@ def _put_back(student, trained, part: str) -> None:
         student.head = trained
 
 
-def _probe(spec, run):
-    """Inputs for the ONNX parity check that carry no private record: uniform noise in the input's range."""
-    import torch
-
-    g = torch.Generator().manual_seed(run.seed)
-    return torch.rand(run.parity_inputs, *spec.shape, generator=g) * 2 - 1
-
-
-def _libraries() -> dict:
-    from dpconvert.accounting import library_versions
-
-    return library_versions()
