@@ -51,9 +51,11 @@ def single(args) -> dict:
     return {
         "teacher": args.teacher, "target_eps": eps, "epsilon": card["guarantee"]["epsilon"], "delta": card["guarantee"]["delta"],
         "record_level_epsilon": card["guarantee"]["record_level_epsilon"], "sigma": card["mechanism"]["sigma"],
+        "per_image_epsilon": card["guarantee"].get("per_image_epsilon"), "public_images": card["mechanism"].get("public_images"),
         "releases": card["mechanism"]["releases"], "batch_size": card["mechanism"]["batch_size"],
         "student": card["model"]["architecture"], "query_source": card["mechanism"]["query_source"],
-        **{k: card["mechanism"]["config"][k] for k in ("distill_loss", "student_target", "lr_schedule", "student_epochs", "logit_adjust")},
+        **{k: card["mechanism"]["config"][k] for k in ("distill_loss", "student_target", "lr_schedule", "student_epochs", "logit_adjust",
+                                                       "student_data", "denoise", "student_samples")},
         **{k: card["utility"][k] for k in ("teacher_accuracy", "student_accuracy", "agreement", "evaluation_data")},
         "wall_seconds": round(wall, 1), "rows_per_second": round(rows / wall, 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

@@ -31,7 +31,7 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
     ``LoadOptions`` for files that need an architecture, class count or input spec. ``eps`` and ``noise_multiplier``
     are exclusive (neither: ε = 1). ``method``: ``auto`` (Private-kNN with ``private_data``, DPDFD otherwise),
     ``dpdfd`` or ``pknn``; ``method_options`` are that method's options (``DpdfdOptions``: releases, batch_size, clip,
-    epochs, distill_loss, generator, prior, prior_pool, save_generator; ``PknnOptions``: k, sampling_rate, sigma1,
+    epochs, distill_loss, generator, prior, prior_pool, public_targets, save_generator; ``PknnOptions``: k, sampling_rate, sigma1,
     threshold, sigma2, rounds, queries, features, epochs, labels, knn, canaries, query_generator, generator_eps, …).
     """
     from .io.teachers import LoadOptions

@@ -178,12 +178,38 @@ def test_public_image_source_is_deterministic_and_augments():
     from dpconvert.generators.public_images import PublicImageSource
 
     imgs = torch.rand(10, 1, 8, 8, generator=torch.Generator().manual_seed(0))
-    src = PublicImageSource(imgs)
+    src = PublicImageSource(imgs, subpixel=False)
     z = torch.randn(500, src.nz, generator=torch.Generator().manual_seed(1))
     x = src(z)
     assert x.shape == (500, 1, 8, 8) and torch.equal(x, src(z))
     exact = [(x[i] - imgs).flatten(1).abs().amax(1).min() < 1e-6 for i in range(len(x))]
     assert 0.002 < sum(exact) / len(x) < 0.05  # P(untouched) = 0.7 (no mixup) · 0.5 (no flip) · (1/5)² (no shift) = 0.014
+    # sub-pixel shifts (the default): the same integer shifts are exact, and no view repeats
+    smooth = PublicImageSource(imgs, mix_prob=0.0, flip=False)
+    u = torch.tensor([0.5, 0.9])  # shift 0 and +1.6 px
+    assert torch.allclose(smooth.shift(imgs[:1].expand(2, -1, -1, -1), u[:1].expand(2), u[:1].expand(2)), imgs[:1].expand(2, -1, -1, -1), atol=1e-6)
+    views = smooth(torch.randn(5000, smooth.nz, generator=torch.Generator().manual_seed(2)))
+    assert len(torch.unique(views.flatten(1), dim=0)) == 5000
+
+
+def test_public_blends_count_both_images():
+    """A fixed blend of two public images is a view of both: the per-image ε must count its rows for each."""
+    import torch
+
+    from dpconvert.generators.public_images import PublicImageSource
+
+    imgs = torch.rand(6, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    src = PublicImageSource(imgs, mix_prob=0.0, blends=20)
+    z = torch.randn(400, src.nz, generator=torch.Generator().manual_seed(1))
+    base, pairs = src.base_index(z), src.sources(z)
+    blend = base >= 6
+    assert blend.any() and (~blend).any()
+    assert torch.equal(pairs[~blend, 0], base[~blend]) and (pairs[~blend, 1] == -1).all()
+    k = base[blend] - 6
+    a, b = src.pairs[k, 0], src.pairs[k, 1]
+    assert torch.equal(pairs[blend, 0], a) and torch.equal(pairs[blend, 1], torch.where(a == b, -1, b))
+    w = src.weights[k].view(-1, 1, 1, 1)
+    assert torch.allclose(src.base_images(base[blend]), w * imgs[a] + (1 - w) * imgs[b])
 
 
 def test_every_run_is_profiled(tmp_path, cli):

@@ -291,7 +291,7 @@ def _public_source(n_images, **augment):
 
 def test_a_release_never_repeats_an_input():
     """The query-level sensitivity C holds when one teacher answer moves one row: a repeated input is redrawn."""
-    source = _public_source(20, max_shift=1, flip=True, mix_prob=0.0)  # 20 images × 9 shifts × 2 flips = 360 inputs
+    source = _public_source(20, max_shift=1, flip=True, mix_prob=0.0, subpixel=False)  # 20 images × 9 shifts × 2 flips = 360 inputs
     teacher, student, _ = _teacher_student_and_twin()
     job = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(releases=1, batch_size=200, sigma=1.0), DpdfdAccountant(),
                 prior=source)
@@ -312,6 +312,48 @@ def test_a_release_larger_than_the_distinct_inputs_is_refused():
     with pytest.raises(DpconvertError, match="only 3 distinct inputs.*--batch-size"):
         job.release()
     assert not job.buffer_x
+    by_source = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(releases=1, batch_size=5, sigma=1.0, student_data="sources"),
+                      DpdfdAccountant(), prior=_public_source(3, max_shift=0, flip=False, mix_prob=0.0))
+    with pytest.raises(DpconvertError, match="only 3 distinct inputs.*--batch-size"):
+        by_source.release()
+    assert by_source.source_targets is None and not by_source.accountant.events
+
+
+def test_views_of_source_images_are_distinct_and_averaged_per_image():
+    """student_data "sources": every view in a release is a new input (checked by hash, the views are not kept), and
+    each image's target is the mean of the rows released about it."""
+    source = _public_source(4, max_shift=1, flip=True, mix_prob=0.0, subpixel=False)  # 4 × 9 × 2 = 72 inputs
+    teacher, student, _ = _teacher_student_and_twin()
+    cfg = DpdfdConfig(releases=1, batch_size=40, sigma=0.0, student_data="sources", denoise="none")
+    job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=source)
+    job.release()
+    assert not job.buffer_x and int(job.source_targets.counts.sum()) == 40
+    idx, targets = job.denoised_source_targets()
+    # σ = 0 and a zero head: each row is γ·(t − t̄)/‖t − t̄‖, so the mean over an image's views is computable here
+    job2 = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=source)
+    z = job2.distinct_prior_draws(40)  # the same stream: the release's views
+    assert len(torch.unique(source(z).flatten(1), dim=0)) == 40
+    with torch.no_grad():
+        t = teacher(source(z))
+    rows = cfg.target_step * (t - t.mean(1, keepdim=True)) / (t - t.mean(1, keepdim=True)).norm(dim=1, keepdim=True)
+    base = source.base_index(z)
+    expected = torch.stack([rows[base == i].mean(0) for i in idx])
+    assert torch.allclose(targets, expected, atol=1e-4)
+
+
+def test_two_million_distinct_views_from_five_thousand_images():
+    """Sub-pixel shifts: a GPU-sized release of distinct inputs from a few thousand public images (8×8 here for speed)."""
+    source = _public_source(5000, mix_prob=0.0)
+    teacher, student, _ = _teacher_student_and_twin()
+    job = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(batch_size=2_000_000, student_data="sources"), DpdfdAccountant(),
+                prior=source)
+    z = job.distinct_prior_draws(2_000_000)
+    assert len(z) == 2_000_000
+    assert int(torch.bincount(source.base_index(z), minlength=5000).min()) > 300  # ~400 views of every image
+    # replayed rows (the default) keep the views themselves: 200 000 from 500 images, where integer shifts gave at most 25 000
+    rows = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(batch_size=200_000), DpdfdAccountant(),
+                 prior=_public_source(500, mix_prob=0.0))
+    assert len(torch.unique(rows.distinct_queries(200_000).flatten(1), dim=0)) == 200_000
 
 
 def test_first_occurrences_is_exact():
@@ -333,3 +375,18 @@ def test_first_occurrences_is_exact():
     x = torch.zeros(3, 2)
     x[1] = -0.0
     assert first_occurrences(x).tolist() == [0]
+
+
+def test_empirical_bayes_denoiser_beats_the_raw_means_and_keeps_clean_ones():
+    """Post-processing of released means: closer to the clean targets than the noisy means; no noise → unchanged."""
+    from dpconvert.mechanisms.source_targets import DENOISERS
+
+    g = torch.Generator().manual_seed(0)
+    protos = torch.randn(10, 10, generator=g) * 3
+    clean = protos[torch.randint(0, 10, (4000,), generator=g)] + 0.2 * torch.randn(4000, 10, generator=g)
+    noisy = clean + torch.randn(4000, 10, generator=g)  # per-entry noise variance 1
+    denoised = DENOISERS.get("bayes")(noisy, torch.ones(4000), 0)
+    raw_err, eb_err = (noisy - clean).pow(2).sum(1).mean(), (denoised - clean).pow(2).sum(1).mean()
+    assert eb_err < 0.3 * raw_err
+    assert torch.equal(DENOISERS.get("bayes")(clean, torch.zeros(4000), 0), clean)
+    assert torch.equal(DENOISERS.get("none")(noisy, torch.ones(4000), 0), noisy)

@@ -284,6 +284,27 @@ def test_public_image_queries_carry_a_per_image_epsilon(tmp_path, cli):
     assert code == 1 and "public_images" in outp
 
 
+def test_per_image_targets_average_each_images_rows_and_keep_the_per_image_epsilon(tmp_path, cli):
+    """--public-targets per-image: the student learns from per-image means of the released rows (post-processing), the card
+    says so and still carries the per-image ε (m = the most views of one image), which the audit recomputes."""
+    from dpconvert.accounting import gaussian
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "pub.npz", x=rng.integers(0, 256, (300, 8, 8)).astype(np.uint8))
+    out = tmp_path / "s.onnx"
+    code, _, err = cli("builtin:digits", "--public-data", tmp_path / "pub.npz", "--public-targets", "per-image", "--eps", "1",
+                       "--batch-size", "6000", "--epochs", "20", "--out", out)
+    assert code == 0, err
+    card = json.loads((tmp_path / "s.onnx.card.json").read_text())
+    m, g = card["mechanism"], card["guarantee"]
+    assert m["config"]["student_data"] == "sources" and "averaged per image" in m["query_source"] and m["batch_size"] == 6000
+    assert m["public_images"]["max_rows_per_image"] >= 20  # ~20 views of each of 300 images
+    assert g["per_image_epsilon"] == pytest.approx(gaussian.epsilon(g["delta"], m["sigma"] / np.sqrt(m["public_images"]["max_rows_per_image"])))
+    assert cli("audit", out)[0] == 0
+    code, _, err = cli("builtin:digits", "--public-targets", "per-image", "--eps", "1", "--out", tmp_path / "x.onnx")
+    assert code != 0 and "needs --public-data" in err and not (tmp_path / "x.onnx").exists()
+
+
 def test_hugging_face_model_card(dpdfd_model, tmp_path, cli):
     import yaml
 

@@ -185,10 +185,11 @@ def convert(
     steps: Annotated[Optional[int], typer.Option("--steps", "--releases", help=f"Noisy releases T (ε depends on σ and T only; default {D.releases}).", rich_help_panel=DPDFD)] = None,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Rows per release B (default from the input size; free for the query-level ε).", rich_help_panel=DPDFD)] = None,
     clip: Annotated[Optional[float], typer.Option("--clip", help=f"Row norm C of the normalised output gradients (default {D.clip:g}); DP-SGD: per-example gradient norm bound (default {S.clip:g}).", rich_help_panel=DPDFD)] = None,
-    epochs: Annotated[Optional[int], typer.Option("--epochs", help=f"Student epochs: DPDFD passes over the released pairs after each release (default from the input size); Private-kNN epochs per round (default {P.epochs}); DP-SGD epochs, ⌊1/q⌋ noisy steps each (default {S.epochs}).", rich_help_panel=DPDFD)] = None,
+    epochs: Annotated[Optional[int], typer.Option("--epochs", help=f"Student epochs: DPDFD passes over the released pairs after each release (default from the input size; with --public-targets per-image, passes over the images, default 400 000 views in all); Private-kNN epochs per round (default {P.epochs}); DP-SGD epochs, ⌊1/q⌋ noisy steps each (default {S.epochs}).", rich_help_panel=DPDFD)] = None,
     distill_loss: Annotated[Optional[str], typer.Option("--distill-loss", help="DPDFD's L_T: logits (default: centred logit matching, the whole class ranking per query), ce (the paper's: teacher argmax only) or kd.", rich_help_panel=DPDFD)] = None,
     generator: Annotated[Optional[str], typer.Option("--generator", help="A learned generator mixed with the data-free prior (e.g. dafl); default: the prior only.", rich_help_panel=DPDFD)] = None,
     prior: Annotated[Optional[str], typer.Option("--prior", help="The data-free query prior: random_fields (smooth blobs and strokes) or centred_fields (the same inside a centred ellipse). Default: from the input size for DPDFD, random_fields for Private-kNN's prior queries.", rich_help_panel=DPDFD)] = None,
+    public_targets: Annotated[Optional[str], typer.Option("--public-targets", help="DPDFD with --public-data: rows (default; one noisy target per view of an image, best measured on out-of-domain images) or per-image (the views' targets averaged per image and denoised, best on images from the teacher's domain; B defaults to 1 000 000).", rich_help_panel=DPDFD)] = None,
     save_generator: Annotated[Optional[str], typer.Option("--save-generator", help="Save the learned generator and its DPDFD cost to FILE.safetensors (DPDFD with --generator; Private-kNN with --query-generator train).", rich_help_panel=DPDFD)] = None,
     k: Annotated[Optional[int], typer.Option("--k", help=f"Neighbours (default {P.k}).", rich_help_panel=PKNN)] = None,
     sampling_rate: Annotated[Optional[float], typer.Option("--sampling-rate", help=f"Poisson sampling rate γ (default {P.sampling_rate}); DP-SGD: lot sampling rate q (default {S.sampling_rate}).", rich_help_panel=PKNN)] = None,
@@ -227,7 +228,7 @@ def convert(
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     method_options = _given(releases=steps, batch_size=batch_size, clip=clip, epochs=epochs, distill_loss=distill_loss, generator=generator,
-                            prior=prior, save_generator=save_generator, k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold,
+                            prior=prior, save_generator=save_generator, public_targets=public_targets, k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold,
                             sigma2=sigma2, rounds=rounds, queries=queries, features=features, labels=labels, knn=knn, canaries=canaries,
                             query_generator=query_generator, generator_eps=generator_eps, lr=lr, momentum=momentum, sigma=sigma,
                             count_sigma=count_sigma, relevance_share=relevance_share, relevance_power=relevance_power, pool=pool,

@@ -29,6 +29,7 @@ from dpconvert.accounting import DpdfdAccountant
 from dpconvert.errors import DpconvertError
 from dpconvert.mechanisms.gaussian_release import NormalisedGaussianRelease
 from dpconvert.mechanisms.noise import mechanism_rng
+from dpconvert.mechanisms.source_targets import DENOISERS, SourceTargets
 from dpconvert.profiling import phase
 from dpconvert.registry import Registry
 
@@ -64,11 +65,23 @@ class DpdfdConfig:
     loss_activation: float = 0.1  # β: −‖f_s(x)‖ (activation term)
     prior_fraction: float = 0.5  # share of each release drawn from the data-independent prior (generators/random_fields.py)
     prior_pool: int = 1  # after the first release, draw pool×n prior samples and keep a class-balanced, student-confident n
+    # what the student learns from: "rows" replays every released (x, y_s) pair; "sources" (queries that are views of
+    # source images, e.g. public images) averages the released targets per source image, denoises them
+    # (source_targets.DENOISERS) and trains on fresh views of the images (mechanisms/source_targets.py)
+    student_data: str = "rows"
+    denoise: str = "bayes"
+    student_samples: int = 400_000  # "sources": views the student trains on in all (epochs over the images follow from it)
+    source_minibatch: int = 256  # "sources": images per student step
+    source_loss: str = "soft_ce"  # "sources": "soft_ce" (cross-entropy to softmax of the target) or "centred" (as the rows)
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.lr_schedule not in ("constant", "cosine"):
             raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
+        if self.student_data not in ("rows", "sources"):
+            raise ValueError(f"student_data must be 'rows' or 'sources', got {self.student_data!r}")
+        if self.source_loss not in ("soft_ce", "centred"):
+            raise ValueError(f"source_loss must be 'soft_ce' or 'centred', got {self.source_loss!r}")
         if self.student_target is None:
             self.student_target = "score" if self.distill_loss == "ce" else "centred"
         if self.zero_head is None:
@@ -164,14 +177,18 @@ def first_occurrences(x: torch.Tensor) -> torch.Tensor:
     lexicographically (torch.unique(dim=0)) took ~2 s for a release of 300 000 8×8 inputs.
     """
     flat = x.reshape(len(x), -1).float() + 0.0  # + 0.0 maps −0.0 to 0.0: the same input to the teacher
-    h = _row_hash(flat)
+    return first_by_hash(_row_hash(flat), lambda idx: flat[idx])
+
+
+def first_by_hash(h: torch.Tensor, rows: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``first_occurrences`` given each row's hash and a way to get the rows at some indices (flattened, −0.0 as 0.0)."""
     _, inverse, counts = torch.unique(h, return_inverse=True, return_counts=True)
-    keep = torch.ones(len(x), dtype=torch.bool, device=x.device)
+    keep = torch.ones(len(h), dtype=torch.bool, device=h.device)
     shared = counts[inverse] > 1
     if shared.any():  # exact comparison among rows whose hash is shared (copies, or rare collisions)
         idx = shared.nonzero().squeeze(1)
-        _, inv = torch.unique(flat[idx], dim=0, return_inverse=True)
-        first = torch.full((int(inv.max()) + 1,), len(x), dtype=torch.long, device=x.device)
+        _, inv = torch.unique(rows(idx), dim=0, return_inverse=True)
+        first = torch.full((int(inv.max()) + 1,), len(h), dtype=torch.long, device=h.device)
         first = first.scatter_reduce(0, inv, idx, "amin")
         keep[idx] = False
         keep[first] = True
@@ -187,8 +204,9 @@ def _row_hash(flat: torch.Tensor) -> torch.Tensor:
     if d not in _HASH_WEIGHTS:
         g = torch.Generator().manual_seed(0x5EED)
         _HASH_WEIGHTS[d] = torch.randint(1, 2**62, (d,), generator=g, dtype=torch.int64) | 1
-    bits = flat.contiguous().view(torch.int32).to(torch.int64)
-    return (bits * _HASH_WEIGHTS[d].to(flat.device)).sum(1)
+    w = _HASH_WEIGHTS[d].to(flat.device)
+    # in chunks: the int64 copy of a whole release of 28×28 inputs would be 8 bytes per pixel (6 GB for a million)
+    return torch.cat([(c.contiguous().view(torch.int32).to(torch.int64) * w).sum(1) for c in flat.split(16384)])
 
 
 def nhwc(x: torch.Tensor) -> torch.Tensor:
@@ -215,6 +233,8 @@ class Dpdfd:
             raise ValueError("DPDFD needs a generator, a prior, or both")
         if cfg.distill_loss != "ce" and cfg.student_target == "score":
             raise ValueError("label decoding (the score target) assumes the CE release; use student_target 'paper' or 'centred'")
+        if cfg.student_data == "sources" and (generator is not None or not hasattr(prior, "base_index")):
+            raise ValueError("student_data 'sources' needs queries that are views of source images (public images) and no generator")
         if cfg.zero_head:
             head = classifier(self.student)
             torch.nn.init.zeros_(head.weight)
@@ -228,6 +248,7 @@ class Dpdfd:
         self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=cfg.generator_lr) if self.generator is not None else None
         self.source_rows: Optional[torch.Tensor] = None  # rows released per public source image (public-image queries)
         self._last_sources: Optional[torch.Tensor] = None
+        self.source_targets: Optional[SourceTargets] = None  # student_data "sources": released targets per source image
         self.buffer_x: list[torch.Tensor] = []
         self.buffer_y: list[torch.Tensor] = []
         self.rng = torch.Generator(device="cpu").manual_seed(cfg.seed)
@@ -344,6 +365,8 @@ class Dpdfd:
     # ------------------------------------------------------------ one round
     def release(self) -> dict:
         """Alg. 1 lines 2–10: synthesise B inputs, query the teacher, release noisy output gradients."""
+        if self.cfg.student_data == "sources":
+            return self._release_by_source()
         cfg, times = self.cfg, {}
         t0 = time.perf_counter()
         with phase("queries", items=cfg.batch_size):
@@ -372,6 +395,89 @@ class Dpdfd:
         times["student"] = time.perf_counter() - t0
         return times
 
+    @torch.no_grad()
+    def distinct_prior_draws(self, n: int, max_rounds: int = 20) -> torch.Tensor:
+        """``distinct_queries`` for a prior that is a function of z: the z of n pairwise-distinct inputs, checked by
+        hash without keeping the inputs (a release of millions of 28×28 rows would not fit in memory as images)."""
+        def flat(z):
+            return self.prior(z).reshape(len(z), -1).float() + 0.0
+
+        z, _ = self.sample(n, self.prior.nz)
+        for round_ in range(max_rounds):
+            h = torch.cat([_row_hash(flat(c)) for c in z.split(8192)])
+            z = z[first_by_hash(h, lambda idx: flat(z[idx]))]
+            if len(z) >= n:
+                return z[:n]
+            if round_ + 1 < max_rounds:
+                z = torch.cat([z, self.sample(n - len(z), self.prior.nz)[0]])
+        raise DpconvertError(f"the query source gave only {len(z)} distinct inputs for a release of {n}: lower --batch-size, or give "
+                             "more --public-data images")
+
+    def _release_by_source(self) -> dict:
+        """``release`` for views of source images: the same rows and noise, kept as running means per source image."""
+        cfg, times = self.cfg, {}
+        t0 = time.perf_counter()
+        with phase("queries", items=cfg.batch_size):
+            z = self.distinct_prior_draws(cfg.batch_size)
+        times["generator"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        self.student.eval()
+        s_parts, g_parts = [], []
+        with phase("teacher forward", items=len(z)):
+            for chunk in z.split(TEACHER_BATCH):
+                x = self.prior(chunk)
+                with torch.inference_mode():
+                    t_logits = self.teacher(x).to(self.device)
+                with torch.no_grad():
+                    s_logits = self._student(x)
+                g_parts.append(per_sample_output_gradient(s_logits, t_logits.clone(), cfg))
+                s_parts.append(s_logits)
+                del t_logits
+        times["teacher"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with phase("release", items=len(z)):
+            g_noisy = self.mechanism.release(torch.cat(g_parts))
+            del g_parts  # nothing un-noised from the teacher survives this function
+            self._count_source_rows(self.prior.sources(z).cpu())
+            if self.source_targets is None:
+                self.source_targets = SourceTargets(self.prior.num_bases, self.num_classes)
+            self.source_targets.add(self.prior.base_index(z).cpu(), torch.cat(s_parts).cpu() - cfg.target_step * g_noisy.cpu())
+        times["student"] = time.perf_counter() - t0
+        return times
+
+    def denoised_source_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(indices of the queried source images, their denoised targets): post-processing of the released rows."""
+        st, mech = self.source_targets, self.mechanism
+        idx = st.active()
+        noise_var = (self.cfg.target_step * mech.sigma * mech.clip) ** 2 / st.counts[idx].double()
+        return idx, DENOISERS.get(self.cfg.denoise)(st.means(), noise_var, self.cfg.seed)
+
+    def _train_on_sources(self) -> float:
+        """The student on fresh views of each queried image, towards its denoised target (post-processing)."""
+        cfg = self.cfg
+        idx, targets = self.denoised_source_targets()
+        targets = targets.to(self.device)
+        epochs = max(1, round(cfg.student_samples / max(len(idx), 1)))
+        steps, n, total = epochs * -(-len(idx) // cfg.source_minibatch), 0, 0.0
+        self.student.train()
+        for _ in range(epochs):
+            for b in torch.randperm(len(idx), generator=self.rng).split(cfg.source_minibatch):
+                for group in self.opt_s.param_groups:
+                    group["lr"] = cfg.student_lr * 0.5 * (1 + math.cos(math.pi * n / steps))
+                z = torch.randn(len(b), self.prior.nz, generator=self.rng).to(self.device)
+                out = self._student(self.prior.augment(idx[b].to(self.device), z))
+                y = targets[b]
+                if cfg.source_loss == "soft_ce":
+                    loss = -(F.softmax(y, 1) * F.log_softmax(out, 1)).sum(1).mean()
+                else:
+                    loss = 0.5 * (out - out.mean(1, keepdim=True) - (y - y.mean(1, keepdim=True))).pow(2).sum(1).mean()
+                self.opt_s.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt_s.step()
+                total, n = total + loss.item(), n + 1
+            self._tick(kind="student_epoch", loss=total / max(n, 1))
+        return total / max(n, 1)
+
     def score_targets(self, loglik: torch.Tensor) -> torch.Tensor:
         """Unbiased label scores λ·⟨g̃, ḡ_c⟩/C² (centred): E = λ⟨ḡ_t, ḡ_c⟩/C², maximal at the teacher label."""
         mech = self.mechanism
@@ -382,6 +488,8 @@ class Dpdfd:
     def train_student(self, epochs: Optional[int] = None) -> float:
         """Alg. 1 lines 11–12 on every released pair (post-processing)."""
         cfg = self.cfg
+        if cfg.student_data == "sources":
+            return self._train_on_sources()
         target = cfg.student_target
         x, y = _joined(self.buffer_x), _joined(self.buffer_y)
         self.student.train()
@@ -425,10 +533,13 @@ class Dpdfd:
         was_training = self.student.training
         self.student.eval()
         try:
-            # evenly spaced over the whole buffer (every release and source), gathered without concatenating it
-            ends = torch.tensor([len(b) for b in self.buffer_x]).cumsum(0)
-            idx = torch.linspace(0, int(ends[-1]) - 1, min(n, int(ends[-1]))).long()
-            x = torch.cat([b[idx[(idx >= end - len(b)) & (idx < end)] - (end - len(b))] for b, end in zip(self.buffer_x, ends)])
+            if self.source_targets is not None:  # views of source images: the queried images themselves
+                queried = self.source_targets.active()
+                x = self.prior.base_images(queried[torch.linspace(0, len(queried) - 1, min(n, len(queried))).long()])
+            else:  # evenly spaced over the whole buffer (every release and source), gathered without concatenating it
+                ends = torch.tensor([len(b) for b in self.buffer_x]).cumsum(0)
+                idx = torch.linspace(0, int(ends[-1]) - 1, min(n, int(ends[-1]))).long()
+                x = torch.cat([b[idx[(idx >= end - len(b)) & (idx < end)] - (end - len(b))] for b, end in zip(self.buffer_x, ends)])
             shift = _batched(self._student, x, 1024).mean(0)
             head.bias.sub_(shift)
         finally:
@@ -494,6 +605,11 @@ class Dpdfd:
                 p.requires_grad_(True)
         return total / max(cfg.generator_steps, 1)
 
+    def _student_items(self) -> int:
+        if self.cfg.student_data == "sources":
+            return self.cfg.student_samples
+        return self.cfg.student_epochs * sum(len(b) for b in self.buffer_x)
+
     def run(self, on_round: Optional[Callable[[RoundInfo], None]] = None, on_progress: Optional[Callable[[dict], None]] = None) -> None:
         self.on_progress = on_progress
         for r in range(1, self.cfg.releases + 1):
@@ -501,7 +617,7 @@ class Dpdfd:
             times = self.release()
             self._tick(kind="release", round=r)
             t1 = time.perf_counter()
-            with phase("student training", items=self.cfg.student_epochs * sum(len(b) for b in self.buffer_x)):
+            with phase("student training", items=self._student_items()):
                 ls = self.train_student()
             times["student"] += time.perf_counter() - t1
             lg = 0.0

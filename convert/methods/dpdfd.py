@@ -21,6 +21,8 @@ log = logging.getLogger("dpconvert")
 
 DEFAULT_DISTILL_LOSS = "logits"  # chosen by benchmark (benchmarks/RESULTS.md)
 RELEASE_ROWS_DEFAULT = 2048  # the student's minibatch over released rows
+PUBLIC_TARGETS = {"rows": "rows", "per-image": "sources"}  # `public_targets` → the engine's student_data
+PER_IMAGE_BATCH = 1_000_000  # per-image targets: rows per release by default (200 per image for 5 000 public images)
 
 
 @dataclass
@@ -33,6 +35,10 @@ class DpdfdOptions:
     generator: Optional[str] = None  # a learned generator mixed with the prior (e.g. dafl)
     prior: Optional[str] = None  # the data-free query prior (generators.PRIORS); default from the input size
     prior_pool: int = 10  # later releases pick a class-balanced selection out of pool × B prior samples
+    # with public_data: "rows" (every view of a public image is a training pair with its own noisy target; best measured on
+    # out-of-domain images) or "per-image" (the targets of all views of one image are averaged and denoised; best measured on
+    # images from the teacher's own domain) — benchmarks/RESULTS.md, table 3
+    public_targets: str = "rows"
     save_generator: Optional[str] = None  # FILE.safetensors: the learned generator and what it cost
     engine: dict = field(default_factory=dict)  # research: any other DpdfdConfig field (checked against it)
 
@@ -47,6 +53,8 @@ class DpdfdOptions:
             raise DpconvertError("`epochs` must be >= 1")
         if self.prior_pool < 1:
             raise DpconvertError("`prior_pool` must be >= 1")
+        if self.public_targets not in PUBLIC_TARGETS:
+            raise DpconvertError(f"unknown `public_targets` {self.public_targets!r}; choose one of: {', '.join(PUBLIC_TARGETS)}")
 
 
 def default_batch_size(spec) -> int:
@@ -116,6 +124,10 @@ class Dpdfd(Method):
     def check(self, run, opts: DpdfdOptions, out: Optional[Path] = None) -> None:
         if run.public_data and opts.prior:
             raise DpconvertError("`prior` picks the data-free query prior and `public_data` replaces it: drop one of them")
+        if opts.public_targets != "rows" and not run.public_data:
+            raise DpconvertError(f"`public_targets` {opts.public_targets} averages the answers about each public image: it needs `public_data`")
+        if opts.public_targets != "rows" and opts.generator:
+            raise DpconvertError(f"`public_targets` {opts.public_targets} and `generator` are alternatives: drop one of them")
         if opts.prior:
             check_prior_name(opts.prior)
         if opts.save_generator:
@@ -130,7 +142,9 @@ class Dpdfd(Method):
     def plan(self, run, opts: DpdfdOptions, spec) -> dict:
         from dpconvert.accounting.planning import plan_dpdfd
 
-        plan = plan_dpdfd(eps=run.eps, delta=run.delta, steps=opts.releases, batch_size=opts.batch_size or default_batch_size(spec),
+        per_image = run.public_data and opts.public_targets == "per-image"
+        batch_size = opts.batch_size or (max(PER_IMAGE_BATCH, default_batch_size(spec)) if per_image else default_batch_size(spec))
+        plan = plan_dpdfd(eps=run.eps, delta=run.delta, steps=opts.releases, batch_size=batch_size,
                           noise_multiplier=run.noise_multiplier)
         plan["student_epochs"] = opts.epochs or default_epochs(spec)
         return plan
@@ -151,7 +165,7 @@ class Dpdfd(Method):
             on_plan(plan)
         torch.manual_seed(run.seed)
         student, student_name, prior, source, generator = self._models(run, opts, spec)
-        cfg = self._engine_config(run, opts, plan, generator, spec)
+        cfg = self._engine_config(run, opts, plan, generator, spec, prior)
         accountant = DpdfdAccountant()
         noise_rng, noise_info = mechanism_rng(cfg.seed, seeded=run.seeded_noise)
         if run.seeded_noise:
@@ -207,21 +221,29 @@ class Dpdfd(Method):
             public = load_data(run.public_data, spec, pixel_range=run.pixel_range)
             if len(public) == 0:
                 raise DpconvertError(f"{run.public_data}: the public set is empty; give public images or drop `public_data`")
-            prior = PublicImageSource(public.x)
-            source = f"public images {run.public_data} ({len(public)}, unlabelled; shift/flip/mixup augmentation) — not data-free"
+            if opts.public_targets == "per-image":  # every view shows one image, so its rows can be averaged
+                prior = PublicImageSource(public.x, mix_prob=0.0)
+                how = "views under sub-pixel shifts and flips; the released targets averaged per image and denoised"
+            else:
+                prior = PublicImageSource(public.x)
+                how = "views under sub-pixel shifts, flips and mixup; one noisy target per view"
+            source = f"public images {run.public_data} ({len(public)}, unlabelled; {how}) — not data-free"
         else:
             name = opts.prior or default_prior_name(spec)
             prior, source = create_generator(name, spec), PRIORS[name]
         generator = create_generator(opts.generator, spec) if opts.generator else None
         return student, student_name, prior, source, generator
 
-    def _engine_config(self, run, opts: DpdfdOptions, plan: dict, generator, teacher_spec):
+    def _engine_config(self, run, opts: DpdfdOptions, plan: dict, generator, teacher_spec, prior):
         from dpconvert.mechanisms.dpdfd import DpdfdConfig
 
         settings = dict(releases=opts.releases, batch_size=plan["batch_size"], sigma=plan["sigma"], clip=opts.clip,
                         prior_pool=opts.prior_pool, student_epochs=plan["student_epochs"], seed=run.seed,
                         distill_loss=opts.distill_loss, prior_fraction=1.0 if generator is None else 0.5,
-                        minibatch=RELEASE_ROWS_DEFAULT, student_lr=default_student_lr(teacher_spec), lr_schedule="cosine", logit_adjust=True)
+                        minibatch=RELEASE_ROWS_DEFAULT, student_lr=default_student_lr(teacher_spec), lr_schedule="cosine", logit_adjust=True,
+                        student_data=PUBLIC_TARGETS[opts.public_targets] if run.public_data else "rows")
+        if settings["student_data"] == "sources" and opts.epochs:  # per-image targets: epochs over the queried images
+            settings["student_samples"] = opts.epochs * prior.num_bases
         return DpdfdConfig(**{**settings, **opts.engine})
 
     def _check_spent(self, accountant, plan: dict, run, opts: DpdfdOptions) -> float:
