@@ -33,17 +33,27 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
     ``dpdfd`` or ``pknn``; ``method_options`` are that method's options (``DpdfdOptions``: releases, batch_size, clip,
     epochs, distill_loss, generator, prior, prior_pool, public_targets, save_generator; ``PknnOptions``: k, sampling_rate, sigma1,
     threshold, sigma2, rounds, queries, features, epochs, labels, knn, canaries, query_generator, generator_eps, …).
+
+    Under ``torchrun`` every process calls this; they form one conversion (``distributed.py``) and only rank 0 writes
+    and returns the result (the others return None).
     """
+    import dataclasses
+
+    from .distributed import finish, init_from_env
     from .io.teachers import LoadOptions
     from .pipeline import run_conversion
 
-    device = resolve_device(device)
+    world, device = init_from_env(resolve_device(device))
+    if not world.is_main:  # one progress display and one plan table: rank 0's
+        on_plan = on_progress = None
     run = RunOptions(method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, seed=seed, device=device, student=student,
                      eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range,
                      seeded_noise=seeded_noise, sign_key=None if sign_key is None else str(sign_key), command=command)
-    if loader is None:
-        loader = LoadOptions(device=device)
-    return run_conversion(teacher, Path(out), run, method_options, load_options=loader, on_plan=on_plan, on_progress=on_progress)
+    loader = LoadOptions(device=device) if loader is None else dataclasses.replace(loader, device=device)
+    result = run_conversion(teacher, Path(out), run, method_options, load_options=loader, on_plan=on_plan, on_progress=on_progress)
+    if world.distributed:
+        finish()
+    return result
 
 
 def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: float = DEFAULT_DELTA, n: Optional[int] = None,

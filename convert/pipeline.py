@@ -49,7 +49,9 @@ def check_output_path(out: Path) -> Path:
 
 def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_options=None, *, load_options=None,
                    on_plan: Optional[Callable[[dict], None]] = None, on_progress: Optional[Callable[[dict], None]] = None) -> ConvertResult:
-    """``method_options``: the method's options object, or a dict of them (checked by the method)."""
+    """``method_options``: the method's options object, or a dict of them (checked by the method). Under torchrun
+    every rank runs this; rank 0 alone evaluates and writes the outputs, and the other ranks return None."""
+    from dpconvert.distributed import current_world
     from dpconvert.io.teachers import LoadOptions, load_teacher
 
     start = time.perf_counter()
@@ -59,6 +61,9 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
     method = METHODS.get(name)
     opts = method_options if isinstance(method_options, method.Options) else method.options(method_options)
     method.check(run, opts, out)
+    world = current_world()
+    if world.distributed:
+        method.check_distributed(run, opts)
     with Profile() as profile:
         with phase("load teacher"):
             teacher = load_teacher(teacher_source, load_options or LoadOptions(device=run.device))
@@ -70,11 +75,13 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
                 eval_ds = load_data(run.eval_data, teacher.spec, require_labels=True, pixel_range=run.pixel_range)
         relay_plan = (lambda plan: on_plan({**plan, "method_choice": reason})) if on_plan else None
         result = method.run(run, opts, teacher, relay_plan, on_progress)
+        if not world.is_main:
+            return None
         utility = None
         if eval_ds is not None:
             with phase("evaluation", items=2 * len(eval_ds)):
                 utility = evaluate(teacher, result.student, eval_ds)
-        card = _write_outputs(teacher_source, teacher, out, run, result, utility, reason, signing_key, profile)
+        card = _write_outputs(teacher_source, teacher, out, run, result, utility, reason, signing_key, profile, world)
     for w in card.data["warnings"]:
         log.warning("warning: %s", w)
     from dpconvert.zoo_cards import card_paths
@@ -90,7 +97,8 @@ def _signing_key(path: Optional[str]):
     return load_private_key(path)
 
 
-def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: MethodOutput, utility, reason: str, signing_key=None, profile=None):
+def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: MethodOutput, utility, reason: str, signing_key=None, profile=None,
+                   world=None):
     from dpconvert.io.export import OPSET, export_onnx, parity
     from dpconvert.zoo_cards import PrivacyCard, model_sha256
     from dpconvert.zoo_cards.onnx_meta import SHA256_METHOD, write_model_with_card
@@ -124,7 +132,7 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
         "utility": utility,
         "export": {"onnx_checker": "passed (full_check=True)", "parity": par.to_dict(), "onnxruntime_device": "cpu"},
         "audit": r.audit,
-        "run": _run_block(run, profile),
+        "run": _run_block(run, profile, world),
         "warnings": warnings,
     }).validate("generated card")
     if signing_key is not None:
@@ -135,12 +143,15 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
     return card
 
 
-def _run_block(run: RunOptions, profile) -> dict:
-    """How the run went: device, threads, time per phase, peak memory. With private data the timings and item counts
-    scale with the private set (its size could be read back from them), so they stay on the operator's console."""
+def _run_block(run: RunOptions, profile, world=None) -> dict:
+    """How the run went: device, threads, processes, time per phase, peak memory (rank 0's). With private data the
+    timings and item counts scale with the private set (its size could be read back from them), so they stay on the
+    operator's console."""
     import torch
 
     block = {"device": run.device, "torch_threads": torch.get_num_threads()}
+    if world is not None and world.distributed:
+        block["processes"] = {"world_size": world.size, "backend": world.backend, "launcher": "torchrun"}
     if run.private_data:
         return {**block, "timings": "not recorded: with private data they depend on its size (shown on the console only)"}
     return {**block, **(profile.to_dict() if profile is not None else {})}

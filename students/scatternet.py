@@ -119,6 +119,13 @@ class ScatterStudent(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.fixed_features(x))
 
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Everything before the last Linear (Private-kNN's later-round features, DPDFD's generator loss)."""
+        return self.head[:-1](self.fixed_features(x))
+
+    def forward_head(self, f: torch.Tensor) -> torch.Tensor:
+        return self.head[-1](f)
+
 
 @STUDENTS.register("scatternet_linear")
 def scatternet_linear(spec: InputSpec) -> nn.Module:

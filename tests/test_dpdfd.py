@@ -390,3 +390,18 @@ def test_empirical_bayes_denoiser_beats_the_raw_means_and_keeps_clean_ones():
     assert eb_err < 0.3 * raw_err
     assert torch.equal(DENOISERS.get("bayes")(clean, torch.zeros(4000), 0), clean)
     assert torch.equal(DENOISERS.get("none")(noisy, torch.ones(4000), 0), noisy)
+
+
+def test_classifier_is_the_last_linear_of_a_sequential_head():
+    """ScatterNet students keep their classifier inside a Sequential head (zeroing it used to crash DPDFD)."""
+    from dpconvert.io.spec import InputSpec
+    from dpconvert.mechanisms.dpdfd import classifier
+    from dpconvert.students import create_student
+
+    spec = InputSpec(1, 8, 8, 10, (0.0,), (1.0,))
+    for name in ("scatternet_linear", "scatternet_cnn", "datalens_cnn"):
+        student = create_student(name, spec)
+        head = classifier(student)
+        assert isinstance(head, torch.nn.Linear) and head.out_features == 10
+        x = torch.rand(3, 1, 8, 8)
+        assert torch.allclose(student.forward_head(student.forward_features(x)), student(x))

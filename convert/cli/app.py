@@ -243,6 +243,8 @@ def convert(
             on_plan=reporter.plan, on_progress=reporter.tick, **method_options)
     finally:
         reporter.close()
+    if result is None:  # a torchrun rank other than 0: rank 0 writes and reports
+        return
     if as_json:
         print(result.card.to_json())
         return

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from dpconvert.accounting import DpdfdAccountant
+from dpconvert.distributed import LOCAL, World
 from dpconvert.errors import DpconvertError
 from dpconvert.mechanisms.gaussian_release import NormalisedGaussianRelease
 from dpconvert.mechanisms.noise import mechanism_rng
@@ -156,7 +157,12 @@ def label_log_likelihood(student_logits: torch.Tensor, g_noisy: torch.Tensor, me
 
 
 def classifier(student: torch.nn.Module) -> torch.nn.Linear:
-    return student.get_classifier() if hasattr(student, "get_classifier") else student.head
+    """The student's last linear layer (timm's ``get_classifier``, or the last Linear of its ``head``)."""
+    head = student.get_classifier() if hasattr(student, "get_classifier") else student.head
+    linears = [m for m in head.modules() if isinstance(m, torch.nn.Linear)]
+    if not linears:
+        raise DpconvertError(f"the student's classifier ({type(head).__name__}) has no Linear layer; choose another `student`")
+    return linears[-1]
 
 
 def student_classes(student: torch.nn.Module) -> int:
@@ -224,8 +230,10 @@ def _batched(fn: Callable, x: torch.Tensor, size: int) -> torch.Tensor:
 class Dpdfd:
     def __init__(self, teacher: Callable, student: torch.nn.Module, generator: Optional[torch.nn.Module], cfg: DpdfdConfig,
                  accountant: DpdfdAccountant, device: str = "cpu", prior: Optional[torch.nn.Module] = None,
-                 noise_rng: Optional[torch.Generator] = None) -> None:
-        self.teacher, self.cfg = teacher, cfg
+                 noise_rng: Optional[torch.Generator] = None, world: World = LOCAL, replicated_noise: bool = False) -> None:
+        """``world``: under torchrun, this rank answers and noises its shard of every release and trains the student
+        with DDP (convert/distributed.py); ``replicated_noise``: every rank holds the same seeded noise stream."""
+        self.teacher, self.cfg, self.world = teacher, cfg, world
         self.student = student.to(device).to(memory_format=torch.channels_last)  # NHWC: CPU convolutions ~1.5× faster
         self.generator = generator.to(device) if generator is not None else None
         self.prior = prior.to(device) if prior is not None else None
@@ -242,7 +250,9 @@ class Dpdfd:
         self.device = device
         # the DP noise: its own stream (convert/noise.py: secret unless seeded noise was asked for)
         self.noise_rng = noise_rng if noise_rng is not None else mechanism_rng(cfg.seed)[0]
-        self.mechanism = NormalisedGaussianRelease(sigma=cfg.sigma, clip=cfg.clip, accountant=accountant, generator=self.noise_rng)
+        self.mechanism = NormalisedGaussianRelease(sigma=cfg.sigma, clip=cfg.clip, accountant=accountant, generator=self.noise_rng,
+                                                   world=world, replicated_stream=replicated_noise)
+        self._fit_model = world.wrap_for_training(self.student)  # the student in training steps (DDP across ranks)
         self.accountant = accountant
         self.opt_s = torch.optim.Adam(self.student.parameters(), lr=cfg.student_lr)
         self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=cfg.generator_lr) if self.generator is not None else None
@@ -256,6 +266,10 @@ class Dpdfd:
 
     def _student(self, x: torch.Tensor) -> torch.Tensor:
         return self.student(nhwc(x))
+
+    def _fit_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The student's forward in a training step (through DDP across ranks, so backward averages the gradients)."""
+        return self._fit_model(nhwc(x))
 
     # ------------------------------------------------------------ sampling
     def sample(self, n: int, nz: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -373,18 +387,20 @@ class Dpdfd:
             x = self.distinct_queries(cfg.batch_size)
         times["generator"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        with phase("teacher forward", items=len(x)), torch.inference_mode():
-            t_logits = _batched(self.teacher, x, TEACHER_BATCH).to(self.device)
+        mine = x[self.world.shard(len(x))]  # this rank's rows (all of them in one process)
+        with phase("teacher forward", items=len(mine)), torch.inference_mode():
+            t_logits = _batched(self.teacher, mine, TEACHER_BATCH).to(self.device)
         times["teacher"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         with phase("release", items=len(x)):
             self.student.eval()
             with torch.no_grad():
-                s_logits = _batched(self._student, x, 4096)
-            g = per_sample_output_gradient(s_logits, t_logits.clone(), cfg)
+                s_mine = _batched(self._student, mine, 4096)
+            g = per_sample_output_gradient(s_mine, t_logits.clone(), cfg)
             del t_logits  # nothing un-noised from the teacher survives this function
-            g_noisy = self.mechanism.release(g)
+            g_noisy = self.mechanism.release(g, total=len(x))
             del g
+            s_logits = self.world.gather_rows(s_mine, len(x))
             self._count_source_rows(self._last_sources)
             if cfg.student_target == "score":
                 y_s = label_log_likelihood(s_logits, g_noisy, self.mechanism)
@@ -424,7 +440,7 @@ class Dpdfd:
         self.student.eval()
         s_parts, g_parts = [], []
         with phase("teacher forward", items=len(z)):
-            for chunk in z.split(TEACHER_BATCH):
+            for chunk in z[self.world.shard(len(z))].split(TEACHER_BATCH):  # this rank's rows
                 x = self.prior(chunk)
                 with torch.inference_mode():
                     t_logits = self.teacher(x).to(self.device)
@@ -436,12 +452,13 @@ class Dpdfd:
         times["teacher"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         with phase("release", items=len(z)):
-            g_noisy = self.mechanism.release(torch.cat(g_parts))
+            g_noisy = self.mechanism.release(torch.cat(g_parts), total=len(z))
             del g_parts  # nothing un-noised from the teacher survives this function
+            s_logits = self.world.gather_rows(torch.cat(s_parts), len(z))
             self._count_source_rows(self.prior.sources(z).cpu())
             if self.source_targets is None:
                 self.source_targets = SourceTargets(self.prior.num_bases, self.num_classes)
-            self.source_targets.add(self.prior.base_index(z).cpu(), torch.cat(s_parts).cpu() - cfg.target_step * g_noisy.cpu())
+            self.source_targets.add(self.prior.base_index(z).cpu(), s_logits.cpu() - cfg.target_step * g_noisy.cpu())
         times["student"] = time.perf_counter() - t0
         return times
 
@@ -464,15 +481,18 @@ class Dpdfd:
             for b in torch.randperm(len(idx), generator=self.rng).split(cfg.source_minibatch):
                 for group in self.opt_s.param_groups:
                     group["lr"] = cfg.student_lr * 0.5 * (1 + math.cos(math.pi * n / steps))
-                z = torch.randn(len(b), self.prior.nz, generator=self.rng).to(self.device)
-                out = self._student(self.prior.augment(idx[b].to(self.device), z))
-                y = targets[b]
+                z = torch.randn(len(b), self.prior.nz, generator=self.rng).to(self.device)  # drawn whole: every rank's stream alike
+                pos, scale = self.world.part(torch.arange(len(b)))  # this rank's part of the minibatch
+                if pos is None:
+                    continue
+                out = self._fit_forward(self.prior.augment(idx[b[pos]].to(self.device), z[pos]))
+                y = targets[b[pos]]
                 if cfg.source_loss == "soft_ce":
                     loss = -(F.softmax(y, 1) * F.log_softmax(out, 1)).sum(1).mean()
                 else:
                     loss = 0.5 * (out - out.mean(1, keepdim=True) - (y - y.mean(1, keepdim=True))).pow(2).sum(1).mean()
                 self.opt_s.zero_grad(set_to_none=True)
-                loss.backward()
+                (loss * scale).backward()
                 self.opt_s.step()
                 total, n = total + loss.item(), n + 1
             self._tick(kind="student_epoch", loss=total / max(n, 1))
@@ -497,11 +517,11 @@ class Dpdfd:
         epochs = cfg.student_epochs if epochs is None else epochs
         steps = epochs * -(-len(x) // cfg.minibatch)
         for _ in range(epochs):
-            for idx in torch.randperm(len(x), generator=self.rng).split(cfg.minibatch):
+            for idx, scale in self.world.minibatches(torch.randperm(len(x), generator=self.rng), cfg.minibatch):
                 if cfg.lr_schedule == "cosine":
                     for group in self.opt_s.param_groups:
                         group["lr"] = cfg.student_lr * 0.5 * (1 + math.cos(math.pi * n / steps))
-                out = self._student(x[idx])
+                out = self._fit_forward(x[idx])
                 if target == "score":
                     loss = 0.5 * (out - out.mean(1, keepdim=True) - self.score_targets(y[idx])).pow(2).sum(1).mean()
                 elif target == "centred":  # the same, shift-invariant: the noise's common shift is not fitted
@@ -509,7 +529,7 @@ class Dpdfd:
                 else:  # Algorithm 1 line 11: L_S(s, y_s), here ½‖s − y_s‖² (its gradient at release is γ·g̃)
                     loss = 0.5 * (out - y[idx]).pow(2).sum(1).mean()
                 self.opt_s.zero_grad(set_to_none=True)
-                loss.backward()
+                (loss * scale).backward()
                 self.opt_s.step()
                 total, n = total + loss.item(), n + 1
             self._tick(kind="student_epoch", loss=total / max(n, 1))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from dpconvert.accounting import DpdfdAccountant
+from dpconvert.distributed import LOCAL, World
 
 
 class NormalisedGaussianRelease:
@@ -15,16 +16,23 @@ class NormalisedGaussianRelease:
     Each row g_i of the B×K matrix of per-sample output gradients is scaled to
     norm C (ḡ_i = C·g_i / (‖g_i‖₂ + e)), then independent N(0, σ²C²) is added to
     every entry. One call = one noisy release = one accountant event.
+
+    Under torchrun (``world``) each rank passes its own ``shard`` of the B rows; it noises those rows only and the
+    noisy rows of all ranks are gathered, so every row is noised once and the accountant sees one release of B rows.
+    ``replicated_stream``: every rank holds the same (seeded) stream, so each draws the whole B×K noise and keeps its
+    rows — the noise of one process, row for row. With secret streams each rank draws its own rows' noise only.
     """
 
     mechanism = "normalised_gaussian_release"
 
-    def __init__(self, *, sigma: float, clip: float, accountant: DpdfdAccountant, generator: torch.Generator, stability: float = 1e-6) -> None:
+    def __init__(self, *, sigma: float, clip: float, accountant: DpdfdAccountant, generator: torch.Generator, stability: float = 1e-6,
+                 world: World = LOCAL, replicated_stream: bool = False) -> None:
         if sigma < 0 or clip <= 0:
             raise ValueError("sigma must be >= 0 and clip > 0")
         self.sigma, self.clip, self.stability = float(sigma), float(clip), float(stability)
         self.accountant = accountant
         self.generator = generator  # secret by default (convert/noise.py)
+        self.world, self.replicated_stream = world, replicated_stream
         self.zeroed_rows = 0  # non-finite rows replaced by zero rows (console only: a count of answers is data-dependent)
 
     def normalise(self, grads: torch.Tensor) -> torch.Tensor:
@@ -37,10 +45,19 @@ class NormalisedGaussianRelease:
         g = self.clip * grads / (norms + self.stability)
         return torch.where(torch.isfinite(g).all(dim=1, keepdim=True), g, torch.zeros_like(g))  # a norm that overflowed
 
-    def release(self, grads: torch.Tensor) -> torch.Tensor:
+    def release(self, grads: torch.Tensor, total: int | None = None) -> torch.Tensor:
+        """The noisy release of all ``total`` rows; ``grads`` are this rank's rows (``world.shard(total)``; all of them
+        in one process)."""
         if grads.ndim != 2:
             raise ValueError("expected a (batch, classes) matrix of output gradients")
+        total = len(grads) if total is None else int(total)
         g = self.normalise(grads.detach().float().cpu())
-        noise = torch.randn(g.shape, generator=self.generator) * (self.sigma * self.clip)
-        self.accountant.record(self.mechanism, sigma=self.sigma, clip=self.clip, batch_size=int(g.shape[0]))
-        return (g + noise).to(grads.device)
+        noise = self._noise(total, g.shape[1]) * (self.sigma * self.clip)
+        self.accountant.record(self.mechanism, sigma=self.sigma, clip=self.clip, batch_size=total)
+        return self.world.gather_rows(g + noise, total).to(grads.device)
+
+    def _noise(self, total: int, cols: int) -> torch.Tensor:
+        if not self.world.distributed or self.replicated_stream:
+            return torch.randn((total, cols), generator=self.generator)[self.world.shard(total)]
+        lo, hi = self.world.bounds(total)
+        return torch.randn((hi - lo, cols), generator=self.generator)

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from dpconvert.accounting import PknnAccountant
+from dpconvert.distributed import LOCAL, World
 
 
 FAISS_MIN_RECORDS = 1_000_000  # --knn auto uses faiss (when installed) from this private-set size on
@@ -45,12 +46,22 @@ def _faiss_available() -> bool:
 
 
 class PknnMechanism:
+    """Under torchrun (``world``) this rank holds records ``world.shard(num_records)`` of the private set (``private_labels``
+    and the features passed in are that shard) and draws their Poisson bits; each rank's k nearest kept records are
+    merged into the exact k nearest of the whole set, and the vote noise is drawn once and shared. ``replicated_stream``:
+    every rank holds the same (seeded) stream and draws what one process would, keeping its own columns of each mask."""
+
     mechanisms = ("pknn_screening", "pknn_argmax")
 
     def __init__(self, private_labels: torch.Tensor, num_classes: int, *, k: int, sampling_rate: float, sigma1: float,
                  threshold: float, sigma2: float, accountant: PknnAccountant, generator: torch.Generator, chunk: int = 256,
-                 knn: str = "exact", oversample: float = 2.0) -> None:
+                 knn: str = "exact", oversample: float = 2.0, world: World = LOCAL, num_records: Optional[int] = None,
+                 replicated_stream: bool = False) -> None:
         self.labels, self.num_classes = private_labels.long(), num_classes
+        self.world, self.replicated_stream = world, replicated_stream
+        self.num_records = len(private_labels) if num_records is None else int(num_records)
+        if world.distributed and knn != "exact":
+            raise ValueError("across processes the kNN search is the sharded exact one")
         self.k, self.gamma, self.sigma1, self.threshold, self.sigma2 = int(k), float(sampling_rate), float(sigma1), float(threshold), float(sigma2)
         self.accountant, self.rng, self.chunk = accountant, generator, chunk
         self.knn, self.oversample = knn, oversample
@@ -58,8 +69,19 @@ class PknnMechanism:
         self._index = None  # faiss index over the private features (built on first use, per feature matrix)
 
     def poisson_mask(self, rows: int, n: int) -> torch.Tensor:
-        """Independent Bernoulli(γ) per (query, record): one Poisson subsample per query."""
-        return torch.rand(rows, n, generator=self.rng) < self.gamma
+        """Independent Bernoulli(γ) per (query, record): one Poisson subsample per query. Across processes: this rank's
+        records' bits of a mask over all ``num_records``."""
+        if self.world.distributed and not self.replicated_stream:
+            return torch.rand(rows, n, generator=self.rng) < self.gamma
+        mask = torch.rand(rows, self.num_records if self.world.distributed else n, generator=self.rng) < self.gamma
+        return mask[:, self.world.shard(self.num_records)] if self.world.distributed else mask
+
+    def _shared_noise(self, *shape: int) -> torch.Tensor:
+        """N(0, 1) draws that every rank holds alike: rank 0's, broadcast (from the stream itself when replicated)."""
+        if not self.world.distributed or self.replicated_stream:
+            return torch.randn(shape, generator=self.rng)
+        noise = torch.randn(shape, generator=self.rng) if self.world.is_main else torch.zeros(shape)
+        return self.world.broadcast(noise)
 
     def votes(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
         """Vote histogram (m, K) of the k nearest *kept* records, a fresh Poisson subsample per query."""
@@ -70,17 +92,36 @@ class PknnMechanism:
             d = torch.cdist(q, pfeats)
             d.masked_fill_(~self.poisson_mask(*d.shape), float("inf"))
             dist, idx = d.topk(min(self.k, d.shape[1]), dim=1, largest=False)
+            labels = self.labels[idx]
+            if self.world.distributed:
+                dist, labels = self._merge_ranks(dist, labels)
             valid = torch.isfinite(dist)  # fewer than k kept records: only real neighbours vote
-            out.append(self._histogram(idx, valid))
+            out.append(self._histogram_of(labels, valid))
             self._tick(len(q))
         return torch.cat(out) if out else torch.zeros(0, self.num_classes)
+
+    def _merge_ranks(self, dist: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The k nearest kept records of the whole set from each rank's k nearest kept ones (exact: any record among
+        the global k nearest is among its own rank's k nearest)."""
+        k, rows = self.k, len(dist)
+        pad_d = torch.full((rows, k), float("inf"))
+        pad_l = torch.zeros((rows, k), dtype=torch.long)
+        pad_d[:, : dist.shape[1]], pad_l[:, : dist.shape[1]] = dist, labels
+        w = self.world
+        all_d = w.gather_rows(pad_d.reshape(1, -1), w.size).reshape(w.size, rows, k).permute(1, 0, 2).reshape(rows, -1)
+        all_l = w.gather_rows(pad_l.reshape(1, -1), w.size).reshape(w.size, rows, k).permute(1, 0, 2).reshape(rows, -1)
+        dist, pos = all_d.topk(min(k, self.num_records), dim=1, largest=False)
+        return dist, all_l.gather(1, pos)
 
     def _tick(self, n: int) -> None:
         if self.on_chunk is not None:
             self.on_chunk(n)
 
     def _histogram(self, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        onehot = F.one_hot(self.labels[idx], self.num_classes) * valid.unsqueeze(-1)
+        return self._histogram_of(self.labels[idx], valid)
+
+    def _histogram_of(self, labels: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        onehot = F.one_hot(labels, self.num_classes) * valid.unsqueeze(-1)
         return onehot.sum(1).float()
 
     def _votes_oversampled(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
@@ -139,7 +180,7 @@ class PknnMechanism:
 
     def screen(self, qfeats: torch.Tensor, pfeats: torch.Tensor) -> torch.Tensor:
         counts = self.votes(qfeats, pfeats)
-        noisy_max = counts.max(1).values + torch.randn(len(counts), generator=self.rng) * self.sigma1
+        noisy_max = counts.max(1).values + self._shared_noise(len(counts)) * self.sigma1
         self.accountant.record("pknn_screening", count=len(counts), k=self.k, num_classes=self.num_classes,
                                sigma1=self.sigma1, threshold=self.threshold, sampling_rate=self.gamma)
         return noisy_max >= self.threshold
@@ -151,7 +192,7 @@ class PknnMechanism:
         so releasing the noisy histogram itself costs exactly what releasing its argmax costs.
         """
         counts = self.votes(qfeats, pfeats)  # a new, independent subsample: charging only answered queries needs it
-        noisy = counts + torch.randn(counts.shape, generator=self.rng) * self.sigma2
+        noisy = counts + self._shared_noise(*counts.shape) * self.sigma2
         self.accountant.record("pknn_argmax", count=len(counts), sigma2=self.sigma2, sampling_rate=self.gamma, num_classes=self.num_classes)
         return noisy
 
@@ -170,8 +211,9 @@ def histogram_targets(noisy: torch.Tensor, labels: str, temperature: float, sigm
 
 
 def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, lr: float, minibatch: int,
-                     generator: torch.Generator, flip: bool = True, balance: bool = False) -> None:
-    """Supervised training on DP labels (post-processing). ``balance``: class weights ∝ 1/(count of each label)."""
+                     generator: torch.Generator, flip: bool = True, balance: bool = False, world: World = LOCAL) -> None:
+    """Supervised training on DP labels (post-processing). ``balance``: class weights ∝ 1/(count of each label).
+    Across processes each rank trains on its part of every minibatch under DDP (the same draws on every rank)."""
     from dpconvert.mechanisms.dpdfd import student_classes
 
     weight = class_balance_weights(y, student_classes(student)) if balance else None
@@ -181,6 +223,7 @@ def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
     from .dpdfd import nhwc
 
     student.to(memory_format=torch.channels_last).train()  # NHWC: CPU convolutions ~1.5× faster, the same arithmetic
+    model = world.wrap_for_training(student)
     for _ in range(epochs):
         for idx in torch.randperm(len(x), generator=generator).split(minibatch):
             xb = x[idx]
@@ -189,9 +232,12 @@ def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                 xb = torch.where(f.view(-1, 1, 1, 1), xb.flip(3), xb)
             shift = torch.randint(-2, 3, (2,), generator=generator).tolist()
             xb = torch.roll(xb, shifts=shift, dims=(2, 3))
-            loss = F.cross_entropy(student(nhwc(xb)), y[idx], weight=weight)  # y: class indices or (m, K) target distributions
+            pos, scale = world.part(torch.arange(len(idx)))  # this rank's part (all of it in one process)
+            if pos is None:
+                continue
+            loss = F.cross_entropy(model(nhwc(xb[pos])), y[idx[pos]], weight=weight)  # y: class indices or (m, K) target distributions
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss * scale).backward()
             opt.step()
             sched.step()
     student.to(memory_format=torch.contiguous_format).eval()

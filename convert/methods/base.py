@@ -44,6 +44,12 @@ class Method(ABC):
     name: ClassVar[str]
     Options: ClassVar[type]
     summary: ClassVar[str]  # one line for `--method auto`'s explanation and the docs
+    distributed: ClassVar[bool] = False  # runs under torchrun across processes (convert/distributed.py)
+
+    def check_distributed(self, run, opts) -> None:
+        """Refuse a configuration that cannot run across processes, before anything is loaded."""
+        if not self.distributed:
+            raise DpconvertError(f"method {self.name} runs in one process only; run it without torchrun")
 
     def options(self, values: Optional[dict] = None):
         """The method's options from keyword values; an unknown name is an error that lists the known ones."""

@@ -120,6 +120,7 @@ class Dpdfd(Method):
     name = "dpdfd"
     Options = DpdfdOptions
     summary = "data-free DPDFD (query-level)"
+    distributed = True
 
     def check(self, run, opts: DpdfdOptions, out: Optional[Path] = None) -> None:
         if run.public_data and opts.prior:
@@ -153,6 +154,7 @@ class Dpdfd(Method):
         import torch
 
         from dpconvert.accounting import DpdfdAccountant
+        from dpconvert.distributed import current_world
         from dpconvert.mechanisms.dpdfd import Dpdfd as Engine
         from dpconvert.mechanisms.noise import SEEDED_WARNING, mechanism_rng
         from dpconvert.mechanisms.teacher_checks import PROBE_SIZE, check_teacher
@@ -170,7 +172,8 @@ class Dpdfd(Method):
         noise_rng, noise_info = mechanism_rng(cfg.seed, seeded=run.seeded_noise)
         if run.seeded_noise:
             warnings.append(SEEDED_WARNING)
-        job = Engine(teacher, student, generator, cfg, accountant, device=run.device, prior=prior, noise_rng=noise_rng)
+        job = Engine(teacher, student, generator, cfg, accountant, device=run.device, prior=prior, noise_rng=noise_rng,
+                     world=current_world(), replicated_noise=run.seeded_noise)
         check_teacher(teacher, job.probe_inputs(PROBE_SIZE))  # row independence and finite answers, before any release
         if on_progress:
             job.attach_holdout()

@@ -110,6 +110,16 @@ class PrivateKnn(Method):
     name = "pknn"
     Options = PknnOptions
     summary = "record-level Private-kNN"
+    distributed = True
+
+    def check_distributed(self, run, opts: PknnOptions) -> None:
+        if source_name(run, opts) in ("train", "dpgan"):
+            raise DpconvertError("`query_generator` train/dpgan runs in one process only; train it once without torchrun (save it "
+                                 "with `save_generator`) and pass the FILE")
+        if opts.knn == "faiss":
+            raise DpconvertError("`knn` faiss runs in one process only; under torchrun the exact search is sharded (`knn` exact)")
+        if opts.canaries:
+            raise DpconvertError("`canaries` runs in one process only; run the canary audit without torchrun")
 
     def options(self, values=None):
         """Options of the in-run generator's DPDFD (`releases`, `batch_size`, `generator`, `prior`, …) go to ``generator_run``."""
@@ -161,6 +171,7 @@ class PrivateKnn(Method):
     def run(self, run, opts: PknnOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
 
+        from dpconvert.distributed import current_world
         from dpconvert.io.data import load_data
         from dpconvert.mechanisms.noise import SEEDED_WARNING, mechanism_rng
         from dpconvert.mechanisms.private_knn import PknnMechanism, resolve_knn
@@ -186,9 +197,12 @@ class PrivateKnn(Method):
         train_rng = torch.Generator().manual_seed(run.seed)
         order = torch.randperm(len(source.x), generator=train_rng)[:total_q]
         private_x, private_y, canaries = _with_canaries(private, source.x, order, run, opts, spec.num_classes)
+        world, n_records = current_world(), len(private_x)
+        private_x, private_y = private_x[world.shard(n_records)], private_y[world.shard(n_records)]  # this rank's records
         mech = PknnMechanism(private_y, spec.num_classes, k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1,
                              threshold=opts.threshold_value, sigma2=plan["sigma2"], accountant=accountant, generator=rng, chunk=opts.chunk,
-                             knn=resolve_knn(opts.knn, len(private_x)))
+                             knn="exact" if world.distributed else resolve_knn(opts.knn, n_records), world=world,
+                             num_records=n_records, replicated_stream=run.seeded_noise)
         if on_progress:  # vote passes: screening for every query, the argmax for answered ones
             mech.on_chunk = lambda m: on_progress({"kind": "votes", "queries": m})
         student, student_name, first_phi, rounds = self._rounds(run, opts, spec, source, order, private_x, mech, train_rng, on_progress)
@@ -258,7 +272,7 @@ class PrivateKnn(Method):
             student = create_student(student_name, spec)
             with phase("student training", items=opts.epochs * sum(len(x) for x in xs)):
                 train_classifier(student, torch.cat(xs), torch.cat(ys), epochs=opts.epochs, lr=opts.student_lr, minibatch=opts.minibatch,
-                                 generator=train_rng, balance=opts.balance)
+                                 generator=train_rng, balance=opts.balance, world=mech.world)
             info = {"kind": "round", "round": r, "asked": len(idx), "answered": int(answered.sum()), "seconds": time.perf_counter() - t0,
                     "epsilon": mech.accountant.epsilon(delta=run.delta)}
             rounds.append(info)
