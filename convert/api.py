@@ -50,9 +50,12 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
                      eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range,
                      seeded_noise=seeded_noise, sign_key=None if sign_key is None else str(sign_key), command=command)
     loader = LoadOptions(device=device) if loader is None else dataclasses.replace(loader, device=device)
-    result = run_conversion(teacher, Path(out), run, method_options, load_options=loader, on_plan=on_plan, on_progress=on_progress)
-    if world.distributed:
-        finish()
+    try:
+        result = run_conversion(teacher, Path(out), run, method_options, load_options=loader, on_plan=on_plan, on_progress=on_progress)
+    except BaseException:
+        finish(failed=True)
+        raise
+    finish()
     return result
 
 

@@ -136,10 +136,13 @@ def init_from_env(device: str) -> tuple[World, str]:
     return current_world(), device
 
 
-def finish() -> None:
-    """Leave the process group (after every rank is done, so rank 0's files are written before anyone exits)."""
+def finish(*, failed: bool = False) -> None:
+    """Leave the process group: after every rank is done (so rank 0's files are written before anyone exits), or at
+    once when this rank failed (a barrier would wait for ranks that may be stuck in a collective; torchrun stops them).
+    Exiting without this aborts the process (gloo's threads are still running)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        if not failed:
+            dist.barrier()
         dist.destroy_process_group()

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from dpconvert.accounting import DpdfdAccountant, PknnAccountant
-from dpconvert.distributed import init_from_env
+from dpconvert.distributed import finish, init_from_env
 from dpconvert.mechanisms.gaussian_release import NormalisedGaussianRelease
 from dpconvert.mechanisms.private_knn import PknnMechanism
 
@@ -44,6 +44,7 @@ def main(out: Path) -> None:
         result[f"histogram_{replicated}"] = knn.noisy_histogram(qfeats[answered], pfeats[records])
         result[f"pknn_events_{replicated}"] = [dict(e) for e in pacc.state_dict()["events"]]
     torch.save(result, out / f"rank{world.rank}.pt")
+    finish()
 
 
 if __name__ == "__main__":

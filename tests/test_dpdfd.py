@@ -75,7 +75,7 @@ def _release_and_train(teacher, student, cfg, order_seed):
     job.release()
     job.rng = torch.Generator().manual_seed(order_seed)
     job.train_student()
-    return job.buffer_x[0]
+    return job.released_inputs()
 
 
 @pytest.mark.parametrize("target", ["score", "paper"])
@@ -131,7 +131,7 @@ def test_logit_release_at_zero_head_is_the_teacher_ranking():
     job = Dpdfd(lambda x: teacher(x), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
                 prior=create_generator("random_fields", SPEC))
     job.release()
-    x, y = job.buffer_x[0], job.buffer_y[0]
+    x, y = job.released_inputs(), job.buffer_y[0]
     with torch.no_grad():
         t = teacher(x)
     t = t - t.mean(1, keepdim=True)
@@ -253,7 +253,7 @@ def test_logit_adjustment_centres_the_student_on_the_queries_and_is_post_process
         assert accountant.count(NormalisedGaussianRelease.mechanism) == 1
         trained[adjust] = student.eval()
     with torch.no_grad():
-        x = job.buffer_x[0]
+        x = job.released_inputs()
         mean_before = trained[False](x).mean(0)
         assert trained[True](x).mean(0).abs().max() < 1e-4 < mean_before.abs().max()
     a, b = trained[False].state_dict(), trained[True].state_dict()
@@ -296,7 +296,7 @@ def test_a_release_never_repeats_an_input():
     job = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(releases=1, batch_size=200, sigma=1.0), DpdfdAccountant(),
                 prior=source)
     job.release()
-    x = job.buffer_x[0]
+    x = job.released_inputs()
     assert len(x) == len(torch.unique(x.flatten(1), dim=0)) == 200
     # 200 plain draws from 360 inputs do repeat (birthday bound), so this test fails if the redraw is removed
     z, _ = job.sample(200, source.nz)
@@ -405,3 +405,22 @@ def test_classifier_is_the_last_linear_of_a_sequential_head():
         assert isinstance(head, torch.nn.Linear) and head.out_features == 10
         x = torch.rand(3, 1, 8, 8)
         assert torch.allclose(student.forward_head(student.forward_features(x)), student(x))
+
+
+def test_keeping_z_instead_of_images_trains_the_same_student():
+    """Large inputs keep the prior's z and re-render (3×224×224: 152 floats per row instead of 150 528); the student
+    must be the one trained on the kept images, weight for weight."""
+    students = []
+    for limit in (2**30, 0):  # images kept / z kept
+        torch.manual_seed(0)
+        student = create_student("datalens_cnn", SPEC)
+        teacher = create_student("datalens_cnn", SPEC).eval()
+        cfg = DpdfdConfig(releases=2, batch_size=300, sigma=2.0, student_epochs=2, minibatch=64, prior_pool=1, image_buffer_bytes=limit)
+        job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC),
+                    noise_rng=torch.Generator().manual_seed(5))
+        assert job.store_z == (limit == 0)
+        job.run()
+        assert job.buffer_x[0].shape[1:] == ((job.prior.nz,) if limit == 0 else (1, 8, 8))
+        students.append(student.state_dict())
+    for k, v in students[0].items():
+        assert torch.equal(v, students[1][k]), k

@@ -148,3 +148,25 @@ def test_pickled_timm_module_needs_only_its_input_size(tmp_path):
     t = load_teacher(str(tmp_path / "rgb.pt"), LoadOptions(trust_pickle=True))  # input size from its pretrained_cfg
     assert t.spec.shape == (3, 224, 224) and t.spec.num_classes == 5 and NORMALISATION_UNKNOWN not in t.warnings
     assert t.spec.mean == tuple(rgb.pretrained_cfg["mean"])
+
+
+def test_imagenet_shaped_timm_checkpoint_converts_end_to_end(tmp_path, cli):
+    """The user's `dpconvert resnet34.pt --arch timm:resnet34` path, scaled down: a 1 000-class timm checkpoint (timm's
+    tiny test_resnet) at 3×40×40 from a local file, the default large-input student, a time estimate up front."""
+    import json
+
+    import timm
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    save_file(timm.create_model("test_resnet", num_classes=1000).state_dict(), str(tmp_path / "teacher.safetensors"))
+    out = tmp_path / "student.onnx"
+    code, stdout, err = cli(tmp_path / "teacher.safetensors", "--arch", "timm:test_resnet", "--input-size", "3,40,40", "--eps", "1",
+                            "--batch-size", "256", "--epochs", "1", "--out", out)
+    assert code == 0, err
+    assert "estimated on this machine" in stdout and "student training" in stdout
+    card = json.loads((tmp_path / "student.onnx.card.json").read_text())
+    assert card["model"]["input_shape"] == [None, 3, 40, 40] and card["model"]["num_classes"] == 1000
+    assert card["model"]["architecture"] == "timm:resnet18" and card["guarantee"]["epsilon"] == pytest.approx(1.0)
+    assert card["mechanism"]["config"]["minibatch"] == 64  # large inputs: an ImageNet-sized student's minibatch
+    assert card["export"]["parity"]["top1_agreement"] == 1.0

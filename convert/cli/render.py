@@ -89,6 +89,11 @@ class ProgressReporter:
                 self.console.print(line)
             return
 
+        if info["kind"] == "estimate":
+            self.console.print(f"estimated on this machine (timed on {info['probe']} queries): teacher forward {_duration(info['teacher_seconds'])}, "
+                               f"student training {_duration(info['student_seconds'])}; released rows kept as {info['kept_as']} "
+                               f"({info['kept_bytes'] / 2**20:,.0f} MiB). --batch-size and --epochs trade time for accuracy.")
+            return
         if info["kind"] == "query_generator":  # Private-kNN's in-run DPDFD generator, before the Private-kNN plan
             self.console.print(f"query generator (DPDFD, ε share {info['epsilon_share']:g} at δ/2): {info['stage']}, "
                                f"releases {info['releases']}" + (f", loss {info['loss']:.3g}" if "loss" in info else ""))
@@ -107,6 +112,14 @@ class ProgressReporter:
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"≈ {seconds:.0f} s"
+    if seconds < 5400:
+        return f"≈ {seconds / 60:.0f} min"
+    return f"≈ {seconds / 3600:.1f} h"
 
 
 def print_summary(result, throughput: bool = False) -> None:

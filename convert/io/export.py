@@ -50,15 +50,25 @@ def export_onnx(model: torch.nn.Module, input_shape: tuple[int, int, int]):
     return proto
 
 
+PARITY_FLOATS_PER_CALL = 2**22  # input floats per parity call (27 inputs of 3×224×224)
+
+
 def parity(model: torch.nn.Module, proto, inputs: torch.Tensor) -> ParityResult:
     """onnxruntime vs torch on the same inputs."""
     import onnxruntime as ort
 
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    import numpy as np
+
     model = model.eval().cpu()
-    with torch.no_grad():
-        ref = model(inputs.cpu()).numpy()
-    got = sess.run(None, {sess.get_inputs()[0].name: inputs.cpu().numpy()})[0]
+    name = sess.get_inputs()[0].name
+    per_call = max(1, PARITY_FLOATS_PER_CALL // max(inputs[0].numel(), 1))  # 256 inputs of 3×224×224 at once: ~12 GB
+    ref, got = [], []
+    for chunk in inputs.cpu().split(per_call):
+        with torch.no_grad():
+            ref.append(model(chunk).numpy())
+        got.append(sess.run(None, {name: chunk.numpy()})[0])
+    ref, got = np.concatenate(ref), np.concatenate(got)
     diff = float(abs(ref - got).max())
     agree = float((ref.argmax(1) == got.argmax(1)).mean())
     return ParityResult(int(inputs.shape[0]), diff, agree)

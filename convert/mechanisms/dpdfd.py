@@ -74,6 +74,7 @@ class DpdfdConfig:
     student_samples: int = 400_000  # "sources": views the student trains on in all (epochs over the images follow from it)
     source_minibatch: int = 256  # "sources": images per student step
     source_loss: str = "soft_ce"  # "sources": "soft_ce" (cross-entropy to softmax of the target) or "centred" (as the rows)
+    image_buffer_bytes: int = 2**30  # keep released inputs as images up to this size, else as the prior's z (re-rendered)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -221,6 +222,13 @@ def nhwc(x: torch.Tensor) -> torch.Tensor:
 
 
 TEACHER_BATCH = 1024  # rows per teacher call (the teacher runs in inference mode; larger batches amortise call overhead)
+INPUT_FLOATS_PER_CALL = 2**23  # and at most this many input floats per call (32 MB): 55 rows of 3×224×224
+
+
+def rows_per_call(pixels: int) -> int:
+    """Rows per teacher/student call for inputs of ``pixels`` values: TEACHER_BATCH for small images, fewer for large ones
+    (a 1 024-row call at 3×224×224 would hold gigabytes of activations)."""
+    return max(8, min(TEACHER_BATCH, INPUT_FLOATS_PER_CALL // max(pixels, 1)))
 
 
 def _batched(fn: Callable, x: torch.Tensor, size: int) -> torch.Tensor:
@@ -263,6 +271,27 @@ class Dpdfd:
         self.buffer_y: list[torch.Tensor] = []
         self.rng = torch.Generator(device="cpu").manual_seed(cfg.seed)
         self.num_classes = student_classes(student)
+        self.chunk = TEACHER_BATCH
+        pixels = self.probe_inputs(1)[0].numel()
+        self.chunk = rows_per_call(pixels)
+        # queries that are a function of z (a prior, public-image views; no learned generator) are kept as z when the
+        # inputs would not fit in image_buffer_bytes — 152 floats for a 3×224×224 random field instead of 150 528 — and
+        # rendered again when the student needs them (re-rendering costs time: small releases keep their images)
+        self.store_z = self.generator is None and (
+            cfg.student_data == "sources" or 4 * pixels * cfg.batch_size * cfg.releases > cfg.image_buffer_bytes)
+
+    def _render(self, rows: torch.Tensor) -> torch.Tensor:
+        """Inputs from buffered rows (z of the prior, or the inputs themselves when a generator made them)."""
+        return self.prior(rows) if self.store_z else rows
+
+    @torch.no_grad()
+    def released_inputs(self, release: int = 0) -> torch.Tensor:
+        """The inputs of one release, in release order (rendered from z with ``store_z``)."""
+        return _batched(self._render, self.buffer_x[release], self.chunk)
+
+    def _student_on(self, rows: torch.Tensor) -> torch.Tensor:
+        """Student logits (no gradient) for buffered rows, rendered and run a chunk at a time."""
+        return _batched(lambda r: self._student(self._render(r)), rows, self.chunk)
 
     def _student(self, x: torch.Tensor) -> torch.Tensor:
         return self.student(nhwc(x))
@@ -281,10 +310,10 @@ class Dpdfd:
         return self.generator(z, labels if self.generator.num_classes else None)
 
     @torch.no_grad()
-    def _select_balanced(self, x: torch.Tensor, n: int) -> torch.Tensor:
-        """Indices of n inputs, n/K per student-predicted class, most confident first (post-processing)."""
-        self.student.eval()
-        probs = F.softmax(_batched(self._student, x, 4096), 1)
+    def _select_balanced(self, logits: torch.Tensor, n: int) -> torch.Tensor:
+        """Indices of n inputs given the student's logits on them, n/K per student-predicted class, most confident
+        first (post-processing)."""
+        probs = F.softmax(logits, 1)
         conf, cls = probs.max(1)
         per = -(-n // self.num_classes)
         keep = []
@@ -293,7 +322,7 @@ class Dpdfd:
             keep.append(idx[conf[idx].argsort(descending=True)[:per]])
         keep = torch.cat(keep)
         if len(keep) < n:  # rare classes ran out: fill with the most confident of the rest
-            rest = torch.ones(len(x), dtype=torch.bool)
+            rest = torch.ones(len(logits), dtype=torch.bool)
             rest[keep] = False
             others = rest.nonzero().squeeze(1)
             keep = torch.cat([keep, others[conf[others].argsort(descending=True)[: n - len(keep)]]])
@@ -301,21 +330,24 @@ class Dpdfd:
 
     @torch.no_grad()
     def synthesise(self, n: int) -> torch.Tensor:
-        """n fresh inputs: a ``prior_fraction`` share from the prior, the rest from the generator."""
+        """n fresh inputs (checks, progress, the parity probe): a ``prior_fraction`` share from the prior, the rest from
+        the generator; no student-guided selection."""
         return self.synthesise_with_sources(n)[0]
 
     @torch.no_grad()
-    def synthesise_with_sources(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(n inputs, (n, 2) indices of the public images each is made of, −1 where none: generated or prior inputs)."""
+    def synthesise_with_sources(self, n: int, select: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(n inputs, (n, 2) indices of the public images each is made of, −1 where none: generated or prior inputs).
+        ``select``: after the first release, the prior's share is a class-balanced pick out of ``prior_pool`` times as many."""
         n_prior = n if self.generator is None else (0 if self.prior is None else int(round(n * self.cfg.prior_fraction)))
         parts, sources = [], []
         if n_prior:
-            pool = self.cfg.prior_pool if self.buffer_x else 1
+            pool = self.cfg.prior_pool if select and self.buffer_x else 1
             z, _ = self.sample(n_prior * pool, self.prior.nz)
-            xp = _batched(lambda i: self.prior(z[i]), torch.arange(len(z)), 4096)
+            xp = _batched(self.prior, z, self.chunk)
             src = self.prior.sources(z) if hasattr(self.prior, "sources") else torch.full((len(z), 2), -1, dtype=torch.long)
             if pool > 1:
-                keep = self._select_balanced(xp, n_prior)
+                self.student.eval()
+                keep = self._select_balanced(_batched(self._student, xp, self.chunk), n_prior)
                 xp, src = xp[keep], src[keep]
             parts.append(xp)
             sources.append(src.cpu())
@@ -347,14 +379,14 @@ class Dpdfd:
         shift and flip) are replaced by fresh draws. Continuous priors never repeat,
         and then this costs one sort and changes nothing.
         """
-        x, src = self.synthesise_with_sources(n)
+        x, src = self.synthesise_with_sources(n, select=True)
         for _ in range(max_rounds):
             keep = first_occurrences(x)
             x, src = x[keep], src[keep]
             if len(x) >= n:
                 self._last_sources = src[:n]
                 return x[:n]
-            more, more_src = self.synthesise_with_sources(n - len(x))
+            more, more_src = self.synthesise_with_sources(n - len(x), select=True)
             x, src = torch.cat([x, more]), torch.cat([src, more_src])
         raise DpconvertError(
             f"the query source gave only {len(first_occurrences(x))} distinct inputs for a release of {n}: lower "
@@ -363,7 +395,7 @@ class Dpdfd:
     def _count_source_rows(self, src: torch.Tensor) -> None:
         """Rows released per public source image, over every release (for the per-image ε)."""
         n_sources = getattr(self.prior, "num_sources", None)
-        if n_sources is None:
+        if n_sources is None or src is None:
             return
         if self.source_rows is None:
             self.source_rows = torch.zeros(n_sources, dtype=torch.long)
@@ -376,40 +408,63 @@ class Dpdfd:
         return {"images": int(len(self.source_rows)), "images_queried": int((self.source_rows > 0).sum()),
                 "max_rows_per_image": int(self.source_rows.max())}
 
+    @torch.no_grad()
+    def distinct_prior_queries(self, n: int) -> torch.Tensor:
+        """The z of n pairwise-distinct prior inputs for one release; after the first release (rows mode) a
+        class-balanced, student-confident n out of ``prior_pool``·n (``_select_balanced``)."""
+        pool = self.cfg.prior_pool if self.buffer_x and self.cfg.student_data == "rows" else 1
+        z = self.distinct_prior_draws(n * pool)
+        if pool == 1:
+            return z
+        self.student.eval()
+        return z[self._select_balanced(self._student_on(z), n)]
+
     # ------------------------------------------------------------ one round
     def release(self) -> dict:
         """Alg. 1 lines 2–10: synthesise B inputs, query the teacher, release noisy output gradients."""
-        if self.cfg.student_data == "sources":
-            return self._release_by_source()
         cfg, times = self.cfg, {}
         t0 = time.perf_counter()
         with phase("queries", items=cfg.batch_size):
-            x = self.distinct_queries(cfg.batch_size)
+            rows = self.distinct_prior_queries(cfg.batch_size) if self.store_z else self.distinct_queries(cfg.batch_size)
         times["generator"] = time.perf_counter() - t0
+        s_logits, g_noisy, times["teacher"], times["student"] = self._noisy_rows(rows)
         t0 = time.perf_counter()
-        mine = x[self.world.shard(len(x))]  # this rank's rows (all of them in one process)
-        with phase("teacher forward", items=len(mine)), torch.inference_mode():
-            t_logits = _batched(self.teacher, mine, TEACHER_BATCH).to(self.device)
-        times["teacher"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        with phase("release", items=len(x)):
-            self.student.eval()
-            with torch.no_grad():
-                s_mine = _batched(self._student, mine, 4096)
-            g = per_sample_output_gradient(s_mine, t_logits.clone(), cfg)
-            del t_logits  # nothing un-noised from the teacher survives this function
-            g_noisy = self.mechanism.release(g, total=len(x))
-            del g
-            s_logits = self.world.gather_rows(s_mine, len(x))
-            self._count_source_rows(self._last_sources)
-            if cfg.student_target == "score":
-                y_s = label_log_likelihood(s_logits, g_noisy, self.mechanism)
-            else:
-                y_s = s_logits - cfg.target_step * g_noisy
-            self.buffer_x.append(x.detach())
+        sources = self.prior.sources(rows) if self.store_z and hasattr(self.prior, "sources") else self._last_sources
+        self._count_source_rows(None if sources is None else sources.cpu())
+        if cfg.student_data == "sources":  # running means of the released targets per source image
+            if self.source_targets is None:
+                self.source_targets = SourceTargets(self.prior.num_bases, self.num_classes)
+            self.source_targets.add(self.prior.base_index(rows).cpu(), s_logits.cpu() - cfg.target_step * g_noisy.cpu())
+        else:
+            y_s = label_log_likelihood(s_logits, g_noisy, self.mechanism) if cfg.student_target == "score" else s_logits - cfg.target_step * g_noisy
+            self.buffer_x.append(rows.detach())
             self.buffer_y.append(y_s.detach())
-        times["student"] = time.perf_counter() - t0
+        times["student"] += time.perf_counter() - t0
         return times
+
+    def _noisy_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float, float]:
+        """(student logits, the noisy release, teacher seconds, release seconds) for one release's rows (z or inputs),
+        rendered and answered a chunk at a time; under torchrun this rank answers its shard only."""
+        t0 = time.perf_counter()
+        mine = rows[self.world.shard(len(rows))]
+        self.student.eval()
+        s_parts, g_parts = [], []
+        with phase("teacher forward", items=len(mine)):
+            for chunk in mine.split(self.chunk):
+                x = self._render(chunk)
+                with torch.inference_mode():
+                    t_logits = self.teacher(x).to(self.device)
+                with torch.no_grad():
+                    s_logits = self._student(x)
+                g_parts.append(per_sample_output_gradient(s_logits, t_logits.clone(), self.cfg))
+                s_parts.append(s_logits)
+                del t_logits
+        t1 = time.perf_counter()
+        with phase("release", items=len(rows)):
+            g_noisy = self.mechanism.release(torch.cat(g_parts), total=len(rows))
+            del g_parts  # nothing un-noised from the teacher survives this function
+            s_logits = self.world.gather_rows(torch.cat(s_parts), len(rows))
+        return s_logits, g_noisy, t1 - t0, time.perf_counter() - t1
 
     @torch.no_grad()
     def distinct_prior_draws(self, n: int, max_rounds: int = 20) -> torch.Tensor:
@@ -420,7 +475,7 @@ class Dpdfd:
 
         z, _ = self.sample(n, self.prior.nz)
         for round_ in range(max_rounds):
-            h = torch.cat([_row_hash(flat(c)) for c in z.split(8192)])
+            h = torch.cat([_row_hash(flat(c)) for c in z.split(self.chunk)])
             z = z[first_by_hash(h, lambda idx: flat(z[idx]))]
             if len(z) >= n:
                 return z[:n]
@@ -428,39 +483,6 @@ class Dpdfd:
                 z = torch.cat([z, self.sample(n - len(z), self.prior.nz)[0]])
         raise DpconvertError(f"the query source gave only {len(z)} distinct inputs for a release of {n}: lower --batch-size, or give "
                              "more --public-data images")
-
-    def _release_by_source(self) -> dict:
-        """``release`` for views of source images: the same rows and noise, kept as running means per source image."""
-        cfg, times = self.cfg, {}
-        t0 = time.perf_counter()
-        with phase("queries", items=cfg.batch_size):
-            z = self.distinct_prior_draws(cfg.batch_size)
-        times["generator"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        self.student.eval()
-        s_parts, g_parts = [], []
-        with phase("teacher forward", items=len(z)):
-            for chunk in z[self.world.shard(len(z))].split(TEACHER_BATCH):  # this rank's rows
-                x = self.prior(chunk)
-                with torch.inference_mode():
-                    t_logits = self.teacher(x).to(self.device)
-                with torch.no_grad():
-                    s_logits = self._student(x)
-                g_parts.append(per_sample_output_gradient(s_logits, t_logits.clone(), cfg))
-                s_parts.append(s_logits)
-                del t_logits
-        times["teacher"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        with phase("release", items=len(z)):
-            g_noisy = self.mechanism.release(torch.cat(g_parts), total=len(z))
-            del g_parts  # nothing un-noised from the teacher survives this function
-            s_logits = self.world.gather_rows(torch.cat(s_parts), len(z))
-            self._count_source_rows(self.prior.sources(z).cpu())
-            if self.source_targets is None:
-                self.source_targets = SourceTargets(self.prior.num_bases, self.num_classes)
-            self.source_targets.add(self.prior.base_index(z).cpu(), s_logits.cpu() - cfg.target_step * g_noisy.cpu())
-        times["student"] = time.perf_counter() - t0
-        return times
 
     def denoised_source_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(indices of the queried source images, their denoised targets): post-processing of the released rows."""
@@ -511,7 +533,7 @@ class Dpdfd:
         if cfg.student_data == "sources":
             return self._train_on_sources()
         target = cfg.student_target
-        x, y = _joined(self.buffer_x), _joined(self.buffer_y)
+        x, y = _joined(self.buffer_x), _joined(self.buffer_y)  # x: z of the prior's inputs with store_z
         self.student.train()
         total, n = 0.0, 0
         epochs = cfg.student_epochs if epochs is None else epochs
@@ -521,7 +543,7 @@ class Dpdfd:
                 if cfg.lr_schedule == "cosine":
                     for group in self.opt_s.param_groups:
                         group["lr"] = cfg.student_lr * 0.5 * (1 + math.cos(math.pi * n / steps))
-                out = self._fit_forward(x[idx])
+                out = self._fit_forward(self._render(x[idx]))
                 if target == "score":
                     loss = 0.5 * (out - out.mean(1, keepdim=True) - self.score_targets(y[idx])).pow(2).sum(1).mean()
                 elif target == "centred":  # the same, shift-invariant: the noise's common shift is not fitted
@@ -560,25 +582,28 @@ class Dpdfd:
                 ends = torch.tensor([len(b) for b in self.buffer_x]).cumsum(0)
                 idx = torch.linspace(0, int(ends[-1]) - 1, min(n, int(ends[-1]))).long()
                 x = torch.cat([b[idx[(idx >= end - len(b)) & (idx < end)] - (end - len(b))] for b, end in zip(self.buffer_x, ends)])
-            shift = _batched(self._student, x, 1024).mean(0)
+            shift = (self._student_on(x) if self.source_targets is None else _batched(self._student, x, self.chunk)).mean(0)
             head.bias.sub_(shift)
         finally:
             self.student.train(was_training)
         return shift
 
-    def attach_holdout(self, n: int = 1000) -> None:
-        """A held-out synthetic batch for the progress display only.
+    def attach_holdout(self, n: Optional[int] = None) -> None:
+        """A held-out synthetic batch for the progress display only (1 000 inputs, fewer for large inputs: it is
+        answered once and scored after every epoch).
 
         Its un-noised teacher labels are shown to the operator (who holds the
         teacher anyway) and never reach the student, the generator or the card.
         """
+        if n is None:
+            n = max(128, min(1000, 2**25 // self.probe_inputs(1)[0].numel()))
         main, self.rng = self.rng, torch.Generator().manual_seed(self.cfg.seed + 2000)  # its own stream: watching must not
         try:  # change the student (the CLI shows progress, the library need not)
             x = self.synthesise(n)
         finally:
             self.rng = main
         with torch.inference_mode():
-            self._holdout = (x, _batched(self.teacher, x, 512).argmax(1).cpu())
+            self._holdout = (x, _batched(self.teacher, x, self.chunk).argmax(1).cpu())
 
     @torch.no_grad()
     def holdout_agreement(self) -> Optional[float]:
@@ -588,7 +613,7 @@ class Dpdfd:
         was_training = self.student.training  # called between student epochs: leave the mode as found
         self.student.eval()
         try:
-            return float((_batched(self._student, x, 1024).argmax(1).cpu() == t).float().mean())
+            return float((_batched(self._student, x, self.chunk).argmax(1).cpu() == t).float().mean())
         finally:
             self.student.train(was_training)
 
@@ -624,6 +649,35 @@ class Dpdfd:
             for p in self.student.parameters():
                 p.requires_grad_(True)
         return total / max(cfg.generator_steps, 1)
+
+    def estimate(self, probe: int = 256) -> dict:
+        """What the run will cost on this machine, from timing the teacher and one student step on ``probe`` query inputs
+        (a copy of the student: the run itself is unchanged). Console only: no private data is involved."""
+        import copy
+
+        cfg, n = self.cfg, min(probe, self.chunk)
+        x = self.probe_inputs(n)
+        with torch.inference_mode():
+            self.teacher(x[:2])  # warm-up: lazy initialisation is not throughput
+            t0 = time.perf_counter()
+            self.teacher(x)
+            teacher = (time.perf_counter() - t0) / n
+        twin = copy.deepcopy(self.student).train()
+        twin(nhwc(x[:2])).sum().backward()
+        t0 = time.perf_counter()
+        twin(nhwc(x)).sum().backward()
+        student = (time.perf_counter() - t0) / n
+        rows, per_row = cfg.batch_size * cfg.releases, (self.prior.nz if self.store_z else x[0].numel())
+        return {"kind": "estimate", "probe": n, "teacher_seconds": rows * teacher / self.world.size,
+                "student_seconds": self._planned_student_samples() * student / self.world.size,
+                "kept_bytes": 4 * per_row * (rows if cfg.student_data == "rows" else 0), "kept_as": "z" if self.store_z else "images"}
+
+    def _planned_student_samples(self) -> int:
+        """Student samples over the whole run: each round replays every row released so far (rows), or a fixed number."""
+        cfg = self.cfg
+        if cfg.student_data == "sources":
+            return cfg.student_samples * cfg.releases
+        return cfg.student_epochs * cfg.batch_size * cfg.releases * (cfg.releases + 1) // 2
 
     def _student_items(self) -> int:
         if self.cfg.student_data == "sources":

@@ -20,7 +20,8 @@ from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, card_number
 log = logging.getLogger("dpconvert")
 
 DEFAULT_DISTILL_LOSS = "logits"  # chosen by benchmark (benchmarks/RESULTS.md)
-RELEASE_ROWS_DEFAULT = 2048  # the student's minibatch over released rows
+RELEASE_ROWS_DEFAULT = 2048  # the student's minibatch over released rows (small inputs)
+LARGE_INPUT_MINIBATCH = 64  # … and above 3×32×32: an ImageNet-sized student's activations for 2 048 rows would not fit
 PUBLIC_TARGETS = {"rows": "rows", "per-image": "sources"}  # `public_targets` → the engine's student_data
 PER_IMAGE_BATCH = 1_000_000  # per-image targets: rows per release by default (200 per image for 5 000 public images)
 
@@ -80,6 +81,10 @@ def default_student_lr(spec) -> float:
     """Peak of the cosine schedule. The student's accuracy on 8×8 digits follows the optimiser steps it gets: 4e-3
     reaches with 5 epochs what 2e-3 reached with 6 (94.7 / 95.5 / 93.4 % vs 93.4 % on all 1 797 digits)."""
     return 4e-3 if _small(spec) else 2e-3
+
+
+def default_minibatch(spec) -> int:
+    return RELEASE_ROWS_DEFAULT if spec.channels * spec.height * spec.width <= 3 * 32 * 32 else LARGE_INPUT_MINIBATCH
 
 
 def _small(spec) -> bool:
@@ -176,6 +181,7 @@ class Dpdfd(Method):
                      world=current_world(), replicated_noise=run.seeded_noise)
         check_teacher(teacher, job.probe_inputs(PROBE_SIZE))  # row independence and finite answers, before any release
         if on_progress:
+            on_progress(job.estimate())  # how long this will take, before the long part
             job.attach_holdout()
         rounds: list = []
         job.run(rounds.append, on_progress=_with_epsilon(on_progress, accountant, run.delta))
@@ -243,7 +249,7 @@ class Dpdfd(Method):
         settings = dict(releases=opts.releases, batch_size=plan["batch_size"], sigma=plan["sigma"], clip=opts.clip,
                         prior_pool=opts.prior_pool, student_epochs=plan["student_epochs"], seed=run.seed,
                         distill_loss=opts.distill_loss, prior_fraction=1.0 if generator is None else 0.5,
-                        minibatch=RELEASE_ROWS_DEFAULT, student_lr=default_student_lr(teacher_spec), lr_schedule="cosine", logit_adjust=True,
+                        minibatch=default_minibatch(teacher_spec), student_lr=default_student_lr(teacher_spec), lr_schedule="cosine", logit_adjust=True,
                         student_data=PUBLIC_TARGETS[opts.public_targets] if run.public_data else "rows")
         if settings["student_data"] == "sources" and opts.epochs:  # per-image targets: epochs over the queried images
             settings["student_samples"] = opts.epochs * prior.num_bases
