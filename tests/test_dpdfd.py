@@ -424,3 +424,32 @@ def test_keeping_z_instead_of_images_trains_the_same_student():
         students.append(student.state_dict())
     for k, v in students[0].items():
         assert torch.equal(v, students[1][k]), k
+
+
+def test_device_defaults_and_bf16_autocast(tmp_path):
+    """A GPU gets larger releases and bf16 autocast by default; under bf16 the release itself stays fp32 (rows of norm C
+    plus N(0, σ²C²) noise, one event) and the card says which settings the device chose."""
+    import json
+
+    import dpconvert
+    from dpconvert.methods.dpdfd import default_batch_size, default_epochs
+
+    big = InputSpec(3, 224, 224, 1000, (0.5,) * 3, (0.25,) * 3)
+    assert default_batch_size(SPEC, "cuda") > default_batch_size(SPEC, "cpu")
+    assert default_batch_size(big, "cuda:1") > default_batch_size(big, "cpu")
+    assert default_epochs(big, "cpu") < default_epochs(big, "cuda")
+    r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", eps=1, batch_size=3000, epochs=1, amp="bf16")
+    card = json.loads(r.card_json.read_text())
+    assert card["mechanism"]["config"]["amp"] == "bf16"
+    assert card["mechanism"]["device_defaults"] == {"device": "cpu", "batch_size": False, "epochs": False, "amp": False}
+    assert [m.passed for m in dpconvert.audit([str(r.out)])] == [True]
+
+    torch.manual_seed(0)
+    teacher = create_student("datalens_cnn", SPEC).eval()
+    cfg = DpdfdConfig(releases=1, batch_size=500, sigma=0.0, student_epochs=1, amp="bf16")
+    job = Dpdfd(lambda x: teacher(x), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
+                prior=create_generator("random_fields", SPEC), noise_rng=torch.Generator().manual_seed(1))
+    job.release()
+    assert job.buffer_y[0].dtype == torch.float32
+    g = (job._student_on(job.buffer_x[0]) - job.buffer_y[0]) / cfg.target_step  # σ = 0: the normalised rows themselves
+    assert torch.allclose(g.norm(dim=1), torch.ones(500), atol=1e-4)

@@ -74,6 +74,7 @@ class DpdfdConfig:
     student_samples: int = 400_000  # "sources": views the student trains on in all (epochs over the images follow from it)
     source_minibatch: int = 256  # "sources": images per student step
     source_loss: str = "soft_ce"  # "sources": "soft_ce" (cross-entropy to softmax of the target) or "centred" (as the rows)
+    amp: Optional[str] = None  # "bf16": teacher and student forward under bf16 autocast; the release stays fp32
     image_buffer_bytes: int = 2**30  # keep released inputs as images up to this size, else as the prior's z (re-rendered)
     seed: int = 0
 
@@ -82,6 +83,8 @@ class DpdfdConfig:
             raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
         if self.student_data not in ("rows", "sources"):
             raise ValueError(f"student_data must be 'rows' or 'sources', got {self.student_data!r}")
+        if self.amp not in (None, "bf16"):
+            raise ValueError(f"amp must be None or 'bf16', got {self.amp!r}")
         if self.source_loss not in ("soft_ce", "centred"):
             raise ValueError(f"source_loss must be 'soft_ce' or 'centred', got {self.source_loss!r}")
         if self.student_target is None:
@@ -293,12 +296,19 @@ class Dpdfd:
         """Student logits (no gradient) for buffered rows, rendered and run a chunk at a time."""
         return _batched(lambda r: self._student(self._render(r)), rows, self.chunk)
 
+    def _autocast(self):
+        """bf16 autocast for forward passes when ``amp`` asks for it (tensor-core speed on GPUs); outputs are cast
+        back to fp32 before anything is normalised, noised or compared, so the release is fp32 whatever the teacher ran in."""
+        return torch.autocast(device_type=str(self.device).split(":")[0], dtype=torch.bfloat16, enabled=self.cfg.amp == "bf16")
+
     def _student(self, x: torch.Tensor) -> torch.Tensor:
-        return self.student(nhwc(x))
+        with self._autocast():
+            return self.student(nhwc(x)).float()
 
     def _fit_forward(self, x: torch.Tensor) -> torch.Tensor:
         """The student's forward in a training step (through DDP across ranks, so backward averages the gradients)."""
-        return self._fit_model(nhwc(x))
+        with self._autocast():
+            return self._fit_model(nhwc(x)).float()
 
     # ------------------------------------------------------------ sampling
     def sample(self, n: int, nz: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -452,8 +462,8 @@ class Dpdfd:
         with phase("teacher forward", items=len(mine)):
             for chunk in mine.split(self.chunk):
                 x = self._render(chunk)
-                with torch.inference_mode():
-                    t_logits = self.teacher(x).to(self.device)
+                with torch.inference_mode(), self._autocast():
+                    t_logits = self.teacher(x).to(self.device).float()
                 with torch.no_grad():
                     s_logits = self._student(x)
                 g_parts.append(per_sample_output_gradient(s_logits, t_logits.clone(), self.cfg))
@@ -657,15 +667,16 @@ class Dpdfd:
 
         cfg, n = self.cfg, min(probe, self.chunk)
         x = self.probe_inputs(n)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._autocast():
             self.teacher(x[:2])  # warm-up: lazy initialisation is not throughput
             t0 = time.perf_counter()
             self.teacher(x)
             teacher = (time.perf_counter() - t0) / n
         twin = copy.deepcopy(self.student).train()
-        twin(nhwc(x[:2])).sum().backward()
-        t0 = time.perf_counter()
-        twin(nhwc(x)).sum().backward()
+        with self._autocast():
+            twin(nhwc(x[:2])).float().sum().backward()
+            t0 = time.perf_counter()
+            twin(nhwc(x)).float().sum().backward()
         student = (time.perf_counter() - t0) / n
         rows, per_row = cfg.batch_size * cfg.releases, (self.prior.nz if self.store_z else x[0].numel())
         return {"kind": "estimate", "probe": n, "teacher_seconds": rows * teacher / self.world.size,

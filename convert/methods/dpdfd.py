@@ -40,6 +40,7 @@ class DpdfdOptions:
     # (the targets of all views of one image are averaged and denoised; at ε = 1 measured better on in-domain and on
     # out-of-domain images, 85.0 vs 80.2 % and 48.7 vs 42.8 %; rows keeps more without noise) — benchmarks/RESULTS.md, table 3
     public_targets: str = "rows"
+    amp: Optional[str] = None  # bf16 or off; None: the device's default (DEVICE_DEFAULTS: bf16 on CUDA, off on CPU)
     save_generator: Optional[str] = None  # FILE.safetensors: the learned generator and what it cost
     engine: dict = field(default_factory=dict)  # research: any other DpdfdConfig field (checked against it)
 
@@ -54,26 +55,48 @@ class DpdfdOptions:
             raise DpconvertError("`epochs` must be >= 1")
         if self.prior_pool < 1:
             raise DpconvertError("`prior_pool` must be >= 1")
+        if self.amp is not None and self.amp not in AMP:
+            raise DpconvertError(f"`amp` must be bf16 or off, got {self.amp!r}")
         if self.public_targets not in PUBLIC_TARGETS:
             raise DpconvertError(f"unknown `public_targets` {self.public_targets!r}; choose one of: {', '.join(PUBLIC_TARGETS)}")
 
 
-def default_batch_size(spec) -> int:
-    """Rows per release: ε does not depend on it; the student's signal-to-noise grows with √B.
+@dataclass(frozen=True)
+class DeviceDefaults:
+    """What DPDFD picks for what the user left out, by the kind of device the run is on (the card records it)."""
 
-    Sized so a conversion fits a few minutes on 2 CPU cores (benchmarks/RESULTS.md).
-    """
+    batch_sizes: tuple  # rows per release for inputs of ≤ 256, ≤ 1 024 and more values
+    large_input_epochs: int  # student epochs above 3×32×32 (an ImageNet-sized student costs ~1 000× a small CNN per row)
+    amp: Optional[str]  # "bf16": teacher and student forward under bf16 autocast (normalisation and noise stay fp32)
+
+
+DEVICE_DEFAULTS = {
+    # sized so a conversion fits a few minutes on 2 CPU cores (benchmarks/RESULTS.md); at 3×224×224 a resnet18 student
+    # trains at ~16 rows/s there, so 2 epochs over 32 768 rows already take ~70 min (the run says so up front)
+    "cpu": DeviceDefaults((300_000, 100_000, 32_768), 2, None),
+    # a GPU answers ~20× the rows in the time: Fashion-MNIST on an H200, B = 2M gave 63.1 % in 85 s against 51.8 % at
+    # B = 100k in 13 s (fp32); bf16 autocast is the usual inference/training precision on recent GPUs
+    "cuda": DeviceDefaults((2_000_000, 2_000_000, 262_144), 8, "bf16"),
+}
+AMP = ("bf16", "off")
+
+
+def device_kind(device: str) -> str:
+    return "cuda" if str(device).startswith("cuda") else "cpu"
+
+
+def default_batch_size(spec, device: str = "cpu") -> int:
+    """Rows per release: ε does not depend on it; the student's signal-to-noise grows with √B."""
     pixels = spec.channels * spec.height * spec.width
-    if pixels <= 256:
-        return 300_000
-    if pixels <= 1024:
-        return 100_000
-    return 32_768
+    sizes = DEVICE_DEFAULTS[device_kind(device)].batch_sizes
+    return sizes[0] if pixels <= 256 else sizes[1] if pixels <= 1024 else sizes[2]
 
 
-def default_epochs(spec) -> int:
+def default_epochs(spec, device: str = "cpu") -> int:
     """Student passes over the released pairs: 8 on 28×28 beat 4 with the cosine schedule; on 8×8 digits 5 epochs at
     a higher learning rate match the former 6 in two thirds of the time (benchmarks/RESULTS.md, table 1)."""
+    if spec.channels * spec.height * spec.width > 3 * 32 * 32:
+        return DEVICE_DEFAULTS[device_kind(device)].large_input_epochs
     return 5 if _small(spec) else 8
 
 
@@ -149,10 +172,11 @@ class Dpdfd(Method):
         from dpconvert.accounting.planning import plan_dpdfd
 
         per_image = run.public_data and opts.public_targets == "per-image"
-        batch_size = opts.batch_size or (max(PER_IMAGE_BATCH, default_batch_size(spec)) if per_image else default_batch_size(spec))
+        device_b = default_batch_size(spec, run.device)
+        batch_size = opts.batch_size or (max(PER_IMAGE_BATCH, device_b) if per_image else device_b)
         plan = plan_dpdfd(eps=run.eps, delta=run.delta, steps=opts.releases, batch_size=batch_size,
                           noise_multiplier=run.noise_multiplier)
-        plan["student_epochs"] = opts.epochs or default_epochs(spec)
+        plan["student_epochs"] = opts.epochs or default_epochs(spec, run.device)
         return plan
 
     def run(self, run, opts: DpdfdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
@@ -250,7 +274,8 @@ class Dpdfd(Method):
                         prior_pool=opts.prior_pool, student_epochs=plan["student_epochs"], seed=run.seed,
                         distill_loss=opts.distill_loss, prior_fraction=1.0 if generator is None else 0.5,
                         minibatch=default_minibatch(teacher_spec), student_lr=default_student_lr(teacher_spec), lr_schedule="cosine", logit_adjust=True,
-                        student_data=PUBLIC_TARGETS[opts.public_targets] if run.public_data else "rows")
+                        student_data=PUBLIC_TARGETS[opts.public_targets] if run.public_data else "rows",
+                        amp=DEVICE_DEFAULTS[device_kind(run.device)].amp if opts.amp is None else (None if opts.amp == "off" else opts.amp))
         if settings["student_data"] == "sources" and opts.epochs:  # per-image targets: epochs over the queried images
             settings["student_samples"] = opts.epochs * prior.num_bases
         return DpdfdConfig(**{**settings, **opts.engine})
@@ -294,6 +319,8 @@ class Dpdfd(Method):
             "query_source": source + (f" + {opts.generator} generator" if generator is not None else "")
                             + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
             "config": cfg.to_dict(),
+            "device_defaults": {"device": device_kind(run.device), "batch_size": opts.batch_size is None, "epochs": opts.epochs is None,
+                                "amp": opts.amp is None},  # which settings came from DEVICE_DEFAULTS for this device
         }
 
 

@@ -124,7 +124,10 @@ def _train(run, opts, teacher, n, rng, on_progress) -> QuerySource:
     sub_run = replace(run, seed=run.seed + IN_RUN_SEED_OFFSET, method="dpdfd", eps=share, delta=run.delta / 2, noise_multiplier=None,
                       public_data=None, private_data=None)
     sub_opts = replace(g, generator=name, releases=max(g.releases, IN_RUN_MIN_RELEASES))
-    relay = (lambda info: on_progress({**info, "kind": "query_generator", "stage": info["kind"], "epsilon_share": share})) if on_progress else None
+    def relay(info):  # the generator run's events, marked as its own; its time estimate passes as it is
+        on_progress(info if info["kind"] == "estimate" else {**info, "kind": "query_generator", "stage": info["kind"], "epsilon_share": share})
+
+    relay = relay if on_progress else None
     dpdfd = METHODS.get("dpdfd").run(sub_run, sub_opts, teacher, None, relay)
     cost = GeneratorCost(dpdfd.accounting["state"], "query", teacher.sha256, dpdfd.guarantee["epsilon"], sub_run.delta,
                          {k: dpdfd.mechanism[k] for k in COST_MECHANISM_KEYS})
