@@ -36,10 +36,11 @@ class DpdfdOptions:
     generator: Optional[str] = None  # a learned generator mixed with the prior (e.g. dafl)
     prior: Optional[str] = None  # the data-free query prior (generators.PRIORS); default from the input size
     prior_pool: int = 10  # later releases pick a class-balanced selection out of pool × B prior samples
-    # with public_data: "rows" (every view of a public image is a training pair with its own noisy target) or "per-image"
-    # (the targets of all views of one image are averaged and denoised; at ε = 1 measured better on in-domain and on
-    # out-of-domain images, 85.0 vs 80.2 % and 48.7 vs 42.8 %; rows keeps more without noise) — benchmarks/RESULTS.md, table 3
-    public_targets: str = "rows"
+    # with public_data: "per-image" (the targets of all views of one image are averaged and denoised) or "rows" (every view
+    # of a public image is a training pair with its own noisy target). per-image is the default: at ε = 1 it measured
+    # better on in-domain and on out-of-domain images, 85.0 vs 80.2 % and 48.7 vs 42.8 %; rows keeps more without noise
+    # (σ = 0, out of domain: 72.1 vs 55.6 %) — benchmarks/RESULTS.md, table 3
+    public_targets: Optional[str] = None  # None: per-image with public_data (and no generator), else rows
     amp: Optional[str] = None  # bf16 or off; None: the device's default (DEVICE_DEFAULTS: bf16 on CUDA, off on CPU)
     save_generator: Optional[str] = None  # FILE.safetensors: the learned generator and what it cost
     engine: dict = field(default_factory=dict)  # research: any other DpdfdConfig field (checked against it)
@@ -57,7 +58,7 @@ class DpdfdOptions:
             raise DpconvertError("`prior_pool` must be >= 1")
         if self.amp is not None and self.amp not in AMP:
             raise DpconvertError(f"`amp` must be bf16 or off, got {self.amp!r}")
-        if self.public_targets not in PUBLIC_TARGETS:
+        if self.public_targets is not None and self.public_targets not in PUBLIC_TARGETS:
             raise DpconvertError(f"unknown `public_targets` {self.public_targets!r}; choose one of: {', '.join(PUBLIC_TARGETS)}")
 
 
@@ -79,6 +80,13 @@ DEVICE_DEFAULTS = {
     "cuda": DeviceDefaults((2_000_000, 2_000_000, 262_144), 8, "bf16"),
 }
 AMP = ("bf16", "off")
+
+
+def public_targets(run, opts: DpdfdOptions) -> str:
+    """What the student learns from: as given, else per-image for public images without a generator, else rows."""
+    if opts.public_targets is not None:
+        return opts.public_targets
+    return "per-image" if run.public_data and not opts.generator else "rows"
 
 
 def device_kind(device: str) -> str:
@@ -153,9 +161,9 @@ class Dpdfd(Method):
     def check(self, run, opts: DpdfdOptions, out: Optional[Path] = None) -> None:
         if run.public_data and opts.prior:
             raise DpconvertError("`prior` picks the data-free query prior and `public_data` replaces it: drop one of them")
-        if opts.public_targets != "rows" and not run.public_data:
+        if opts.public_targets == "per-image" and not run.public_data:
             raise DpconvertError(f"`public_targets` {opts.public_targets} averages the answers about each public image: it needs `public_data`")
-        if opts.public_targets != "rows" and opts.generator:
+        if opts.public_targets == "per-image" and opts.generator:
             raise DpconvertError(f"`public_targets` {opts.public_targets} and `generator` are alternatives: drop one of them")
         if opts.prior:
             check_prior_name(opts.prior)
@@ -171,7 +179,7 @@ class Dpdfd(Method):
     def plan(self, run, opts: DpdfdOptions, spec) -> dict:
         from dpconvert.accounting.planning import plan_dpdfd
 
-        per_image = run.public_data and opts.public_targets == "per-image"
+        per_image = public_targets(run, opts) == "per-image"
         device_b = default_batch_size(spec, run.device)
         batch_size = opts.batch_size or (max(PER_IMAGE_BATCH, device_b) if per_image else device_b)
         plan = plan_dpdfd(eps=run.eps, delta=run.delta, steps=opts.releases, batch_size=batch_size,
@@ -254,7 +262,7 @@ class Dpdfd(Method):
             public = load_data(run.public_data, spec, pixel_range=run.pixel_range)
             if len(public) == 0:
                 raise DpconvertError(f"{run.public_data}: the public set is empty; give public images or drop `public_data`")
-            if opts.public_targets == "per-image":  # every view shows one image, so its rows can be averaged
+            if public_targets(run, opts) == "per-image":  # every view shows one image, so its rows can be averaged
                 prior = PublicImageSource(public.x, mix_prob=0.0)
                 how = "views under sub-pixel shifts and flips; the released targets averaged per image and denoised"
             else:
@@ -274,7 +282,7 @@ class Dpdfd(Method):
                         prior_pool=opts.prior_pool, student_epochs=plan["student_epochs"], seed=run.seed,
                         distill_loss=opts.distill_loss, prior_fraction=1.0 if generator is None else 0.5,
                         minibatch=default_minibatch(teacher_spec), student_lr=default_student_lr(teacher_spec), lr_schedule="cosine", logit_adjust=True,
-                        student_data=PUBLIC_TARGETS[opts.public_targets] if run.public_data else "rows",
+                        student_data=PUBLIC_TARGETS[public_targets(run, opts)],
                         amp=DEVICE_DEFAULTS[device_kind(run.device)].amp if opts.amp is None else (None if opts.amp == "off" else opts.amp))
         if settings["student_data"] == "sources" and opts.epochs:  # per-image targets: epochs over the queried images
             settings["student_samples"] = opts.epochs * prior.num_bases
