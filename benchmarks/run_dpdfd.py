@@ -34,7 +34,8 @@ def single(args) -> dict:
     eps = float(args.eps)
     with tempfile.TemporaryDirectory() as d:
         options = {k: v for k, v in dict(releases=args.steps, batch_size=args.batch_size, generator=args.generator, prior=args.prior,
-                                         epochs=args.epochs, public_targets=args.public_targets).items() if v is not None}
+                                         epochs=args.epochs, public_targets=args.public_targets,
+                                         prior_images=args.prior_images).items() if v is not None}
         t0 = time.perf_counter()
         res = convert(args.teacher, out=Path(d) / "student.onnx", eps=None if eps == float("inf") else eps,
                       noise_multiplier=0.0 if eps == float("inf") else None, student=args.student, seed=args.seed, seeded_noise=True,
@@ -77,7 +78,8 @@ def main() -> None:
     ap.add_argument("--student")
     ap.add_argument("--generator")
     ap.add_argument("--public-data", help="unlabelled public images as the query source (labelled option, not data-free)")
-    ap.add_argument("--public-targets", help="with --public-data: rows (default) or per-image")
+    ap.add_argument("--public-targets", help="with --public-data: per-image (default) or rows")
+    ap.add_argument("--prior-images", type=int, help="data-free per-image targets over this many fixed prior images")
     ap.add_argument("--overrides", help="JSON dict of other DpdfdConfig fields")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="append results to this JSON list file")

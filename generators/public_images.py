@@ -28,7 +28,8 @@ class PublicImageSource(nn.Module):
     of which can be queried many times under different shifts and flips (so its answers can be averaged)."""
 
     def __init__(self, images: torch.Tensor, *, max_shift: int = 2, flip: bool = True, mix_prob: float = 0.3,
-                 mix_min: float = 0.6, subpixel: bool = True, blends: int = 0, blend_min: float = 0.5, seed: int = 0) -> None:
+                 mix_min: float = 0.6, subpixel: bool = True, blends: int = 0, blend_min: float = 0.5, seed: int = 0,
+                 public: bool = True) -> None:
         super().__init__()
         if len(images) == 0:
             raise ValueError("no public images")
@@ -36,6 +37,7 @@ class PublicImageSource(nn.Module):
             raise ValueError("fixed blends and random mixing are alternatives: set mix_prob=0 with blends")
         self.register_buffer("images", images.float())  # already normalised to the teacher's input spec
         self.max_shift, self.flip, self.mix_prob, self.mix_min, self.subpixel = max_shift, flip, mix_prob, mix_min, subpixel
+        self.public = public  # False: images drawn from a data-free prior (no per-image ε: they are nobody's data)
         g = torch.Generator().manual_seed(seed)
         pairs = torch.randint(0, len(images), (blends, 2), generator=g)
         self.register_buffer("pairs", pairs)
@@ -44,9 +46,9 @@ class PublicImageSource(nn.Module):
         self.nz = 7  # base, partner, shift y, shift x, flip, mix?, mix weight — all uniform via Φ(z)
 
     @property
-    def num_sources(self) -> int:
-        """Public images (what the per-image ε counts rows of)."""
-        return len(self.images)
+    def num_sources(self) -> int | None:
+        """Public images (what the per-image ε counts rows of); None for images from a data-free prior."""
+        return len(self.images) if self.public else None
 
     @property
     def num_bases(self) -> int:

@@ -453,3 +453,22 @@ def test_device_defaults_and_bf16_autocast(tmp_path):
     assert job.buffer_y[0].dtype == torch.float32
     g = (job._student_on(job.buffer_x[0]) - job.buffer_y[0]) / cfg.target_step  # σ = 0: the normalised rows themselves
     assert torch.allclose(g.norm(dim=1), torch.ones(500), atol=1e-4)
+
+
+def test_fixed_prior_images_are_data_free_per_image_targets(tmp_path):
+    """--prior-images N: views of N fixed prior images, targets averaged per image; the card calls it data-free and
+    carries no per-image ε (the images are nobody's data); the same ε as any release; refused with public data."""
+    import json
+
+    import dpconvert
+    from dpconvert.errors import DpconvertError
+
+    r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", eps=1, batch_size=4000, epochs=2, prior_images=100)
+    card = json.loads(r.card_json.read_text())
+    m = card["mechanism"]
+    assert m["config"]["student_data"] == "sources" and "100 fixed images" in m["query_source"] and m["query_source"].endswith("data-free")
+    assert "public_images" not in m and "per_image_epsilon" not in card["guarantee"]
+    assert card["guarantee"]["epsilon"] == pytest.approx(1.0)
+    assert [a.passed for a in dpconvert.audit([str(r.out)])] == [True]
+    with pytest.raises(DpconvertError, match="prior_images"):
+        dpconvert.convert("builtin:digits", out=tmp_path / "t.onnx", eps=1, prior_images=100, public_data="builtin:digits")
