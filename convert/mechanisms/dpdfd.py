@@ -275,7 +275,7 @@ class Dpdfd:
         self.rng = torch.Generator(device="cpu").manual_seed(cfg.seed)
         self.num_classes = student_classes(student)
         self.chunk = TEACHER_BATCH
-        pixels = self.probe_inputs(1)[0].numel()
+        self.input_values = pixels = self.probe_inputs(1)[0].numel()  # values per input (C·H·W)
         self.chunk = rows_per_call(pixels)
         # queries that are a function of z (a prior, public-image views; no learned generator) are kept as z when the
         # inputs would not fit in image_buffer_bytes — 152 floats for a 3×224×224 random field instead of 150 528 — and
@@ -606,7 +606,7 @@ class Dpdfd:
         teacher anyway) and never reach the student, the generator or the card.
         """
         if n is None:
-            n = max(128, min(1000, 2**25 // self.probe_inputs(1)[0].numel()))
+            n = max(128, min(1000, 2**25 // self.input_values))
         main, self.rng = self.rng, torch.Generator().manual_seed(self.cfg.seed + 2000)  # its own stream: watching must not
         try:  # change the student (the CLI shows progress, the library need not)
             x = self.synthesise(n)
