@@ -1,6 +1,6 @@
 """`dpconvert synth`: a differentially private synthetic data set from the private data, with its card.
 
-The DP-critic GAN (``mechanisms/dp_gan.py``) is trained on the private records at the whole ε; its samples —
+The DP-critic GAN (``methods/dpgan.py``) is trained on the private records at the whole ε; its samples —
 class-balanced labels chosen by us, images in pixel space [0, 255] — are the release, so the card's guarantee is
 the critic's (record-level, add/remove), by post-processing. The card has the same guarantee / accounting /
 mechanism blocks as a model card, so ``check_card`` recomputes it; a ``data`` block replaces the model block.
@@ -19,6 +19,10 @@ from .errors import DpconvertError
 from .options import DEFAULT_DELTA, RunOptions
 
 DATA_CARD_FORMAT = "dpconvert-data-card/1"
+ACCOUNTING_NOTE = {
+    "embedding": "one Gaussian release of the class-conditional mean embedding (sensitivity 1 under add/remove), PLD (reported) and RDP",
+    "dpsgd": "Poisson-subsampled Gaussian critic steps (DP-SGD, sensitivity C under add/remove), PLD (reported) and RDP",
+}
 
 
 def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int, int], num_classes: int, eps: float = 1.0,
@@ -36,7 +40,7 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
     import hashlib
 
     from .io.spec import InputSpec
-    from .methods.query_sources import GanOptions, train_dpgan
+    from .methods.dpgan import CRITICS, GanOptions, train_dpgan
 
     out = Path(out)
     if out.suffix != ".npz":
@@ -46,6 +50,7 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
     run = RunOptions(eps=eps, delta=delta, private_data=private_data, seed=seed, seeded_noise=seeded_noise, pixel_range=pixel_range)
     spec = InputSpec(*input_size, num_classes, mean=(0.0,) * input_size[0], std=(1.0,) * input_size[0])  # generator output = pixels
     gan_opts = gan or GanOptions()
+    CRITICS.get(gan_opts.critic)  # an unknown critic fails here, before the data is read
     t0 = time.perf_counter()
     result = train_dpgan(run, gan_opts, spec, eps, delta, on_progress)
     x = sample_queries(result.generator, samples, num_classes, torch.Generator().manual_seed(seed))
@@ -64,7 +69,7 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
                                       "hyper-parameter choices tuned on private data, if any were"]},
         "accounting": {"accountant": accountant.name, "epsilons": {k: v for k, v in eps_all.items() if k != "epsilon"}, "libraries": library_versions(),
                        "calibrated": True, "target_epsilon": eps, "state": accountant.state_dict(),
-                       "note": "Poisson-subsampled Gaussian critic steps (DP-SGD, sensitivity C under add/remove), PLD (reported) and RDP"},
+                       "note": ACCOUNTING_NOTE[gan_opts.critic]},
         "mechanism": {"method": "dp-critic-gan", **result.mechanism, "config": {**asdict(gan_opts), "seed": seed}},
         "data": {"file": out.name, "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "samples": samples, "shape": list(input_size), "num_classes": num_classes,
                  "pixels": "uint8, 0..255", "labels": "class-balanced, chosen by the generator's user (public)"},

@@ -94,7 +94,7 @@ def test_pknn_on_dpgan_queries_end_to_end(tmp_path, cli):
 
     out = tmp_path / "g.onnx"
     code, _, err = cli("convert", "builtin:digits", "--method", "pknn", "--private-data", "builtin:digits:train", "--query-generator", "dpgan",
-                       "--gan-steps", "20", "--gan-sampling-rate", "0.1", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20",
+                       "--gan-critic", "dpsgd", "--gan-steps", "20", "--gan-sampling-rate", "0.1", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20",
                        "--epochs", "2", "--queries", "300", "--eps", "4", "--out", out)
     assert code == 0, err
     data = json.loads(out.with_name("g.onnx.card.json").read_text())
@@ -116,7 +116,7 @@ def test_synth_writes_data_card_and_grid(tmp_path, cli):
 
     out = tmp_path / "synthetic.npz"
     code, _, err = cli("synth", "--private-data", "builtin:digits:train", "--out", out, "--input-size", "1,8,8", "--num-classes", "10",
-                       "--eps", "4", "--gan-steps", "10", "--gan-sampling-rate", "0.1", "--samples", "200", "--grid", tmp_path / "grid.png")
+                       "--eps", "4", "--gan-generator-steps", "10", "--samples", "200", "--grid", tmp_path / "grid.png")
     assert code == 0, err
     import numpy as np
 
@@ -127,7 +127,8 @@ def test_synth_writes_data_card_and_grid(tmp_path, cli):
     assert "expected_privacy_loss" not in json.dumps(card["guarantee"])  # an ex-post estimate is never the guarantee
     assert check_data_card(card)[1] == []
     forged = json.loads(json.dumps(card))
-    forged["mechanism"]["steps"] = 1
+    assert card["mechanism"]["critic"] == "embedding" and card["mechanism"]["steps"] == 1
+    forged["mechanism"]["steps"] = 2
     assert any(w == "mechanism.steps" for w, _ in check_data_card(forged)[1])
     grid = Image.open(tmp_path / "grid.png")
     assert grid.size[1] >= 10 * 8  # one row of samples per class

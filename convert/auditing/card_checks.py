@@ -285,15 +285,28 @@ def _check_adlm(p: Problems, accountant, data: dict) -> None:
 
 DPGAN_INFO_KEYS = {"trained_in_this_run", "architecture", "samples", "dpgan_epsilon_at_its_delta", "its_delta", "dpgan"}
 DPGAN_KEYS = {"sigma", "clip", "sampling_rate", "steps", "fake_batch", "engine"} | NOISE_KEYS
+DPGAN_OPTIONAL_KEYS = {"critic", "features", "length_scale", "generator_steps"}  # the critic kind (absent: dpsgd, older cards)
 
 
 @CHECKS.register("dpgan")
 def _check_dpgan_data(p: Problems, accountant, data: dict) -> None:
     """A synthetic data set's card (``dpconvert synth``): the GAN block is the mechanism block."""
     m = data.get("mechanism") or {}
-    p.keys(m, "mechanism", DPGAN_KEYS | {"method", "config"}, DPGAN_KEYS | {"method", "config"})
+    p.keys(m, "mechanism", DPGAN_KEYS | DPGAN_OPTIONAL_KEYS | {"method", "config"}, DPGAN_KEYS | {"method", "config"})
     p.check(m.get("method") == "dp-critic-gan", "mechanism.method", f"{m.get('method')!r} but the events are DP-critic GAN steps")
     _check_noisy_steps(p, m, accountant.events, "mechanism")
+    _check_critic(p, m, accountant.events, "mechanism")
+
+
+def _check_critic(p: Problems, block: dict, events: list, where: str) -> None:
+    """The embedding critic is one Gaussian release of unit-norm per-record vectors: a card that replays it as a
+    subsampled or larger-clip event would understate ε."""
+    critic = block.get("critic", "dpsgd")
+    if not p.check(critic in ("dpsgd", "embedding"), f"{where}.critic", f"{critic!r} is not a critic this dpconvert knows"):
+        return
+    if critic == "embedding":
+        p.check(all(e.params.get("sampling_rate") == 1.0 and e.params.get("clip") == 1.0 for e in events) and sum(e.count for e in events) == 1,
+                "accounting.state.events", "the embedding critic is one Gaussian release with sampling_rate 1 and sensitivity (clip) 1")
 
 
 def _check_noisy_steps(p: Problems, block: dict, events: list, where: str) -> None:
@@ -316,8 +329,9 @@ def _check_dpgan_pknn(p: Problems, accountant, data: dict) -> None:
     p.keys(info, "mechanism.query_generator", DPGAN_INFO_KEYS, DPGAN_INFO_KEYS)
     block = info.get("dpgan")
     if p.check(isinstance(block, dict), "mechanism.query_generator.dpgan", "missing"):
-        p.keys(block, "mechanism.query_generator.dpgan", DPGAN_KEYS, DPGAN_KEYS)
+        p.keys(block, "mechanism.query_generator.dpgan", DPGAN_KEYS | DPGAN_OPTIONAL_KEYS, DPGAN_KEYS)
         _check_noisy_steps(p, block, gan_acc.events, "mechanism.query_generator.dpgan")
+        _check_critic(p, block, gan_acc.events, "mechanism.query_generator.dpgan")
     try:
         its_delta = float(info.get("its_delta"))
         _claims_at_least(p, info.get("dpgan_epsilon_at_its_delta"), gan_acc.epsilon(delta=its_delta), "mechanism.query_generator.dpgan_epsilon_at_its_delta")

@@ -206,8 +206,10 @@ def convert(
     canaries: Annotated[Optional[int], typer.Option("--canaries", help="One-run canary audit with N canaries (empirical ε lower bound on the card).", rich_help_panel=PKNN)] = None,
     query_generator: Annotated[Optional[str], typer.Option("--query-generator", help="Queries from a generator FILE saved with --save-generator (its cost is composed in), 'train' (DPDFD trains one in this run), 'dpgan' (a GAN with a DP critic trained on --private-data in this run: record-level) or 'prior' (data-independent).", rich_help_panel=PKNN)] = None,
     generator_eps: Annotated[Optional[float], typer.Option("--generator-eps", help="With --query-generator train or dpgan: the generator's share of --eps (default half); the rest labels the queries.", rich_help_panel=PKNN)] = None,
-    gan_steps: Annotated[Optional[int], typer.Option("--gan-steps", help=f"--query-generator dpgan: DP critic steps (default {P.gan_steps}).", rich_help_panel=PKNN)] = None,
-    gan_sampling_rate: Annotated[Optional[float], typer.Option("--gan-sampling-rate", help=f"--query-generator dpgan: Poisson rate of the critic's lots (default {P.gan_sampling_rate:g}).", rich_help_panel=PKNN)] = None,
+    gan_critic: Annotated[Optional[str], typer.Option("--gan-critic", help="--query-generator dpgan: 'embedding' (one noisy kernel mean-embedding release; default) or 'dpsgd' (a convolutional critic trained with DP-SGD).", rich_help_panel=PKNN)] = None,
+    gan_steps: Annotated[Optional[int], typer.Option("--gan-steps", help=f"--query-generator dpgan, --gan-critic dpsgd: DP critic steps (default {P.gan_steps}).", rich_help_panel=PKNN)] = None,
+    gan_sampling_rate: Annotated[Optional[float], typer.Option("--gan-sampling-rate", help=f"--query-generator dpgan, --gan-critic dpsgd: Poisson rate of the critic's lots (default {P.gan_sampling_rate:g}).", rich_help_panel=PKNN)] = None,
+    gan_generator_steps: Annotated[Optional[int], typer.Option("--gan-generator-steps", help=f"--query-generator dpgan, --gan-critic embedding: generator steps against the release (default {P.gan_generator_steps}).", rich_help_panel=PKNN)] = None,
     lr: Annotated[Optional[float], typer.Option("--lr", help=f"Learning rate of SGD on the noisy gradients (default {S.lr:g}).", rich_help_panel=DPSGD)] = None,
     momentum: Annotated[Optional[float], typer.Option("--momentum", help=f"SGD momentum (default {S.momentum:g}).", rich_help_panel=DPSGD)] = None,
     sigma: Annotated[Optional[float], typer.Option("--sigma", help="Noise multiplier (default: calibrated to --eps); ε is computed and must not exceed --eps.", rich_help_panel=DPSGD)] = None,
@@ -234,7 +236,7 @@ def convert(
                             sigma2=sigma2, rounds=rounds, queries=queries, features=features, labels=labels, knn=knn, canaries=canaries,
                             query_generator=query_generator, generator_eps=generator_eps, lr=lr, momentum=momentum, sigma=sigma,
                             count_sigma=count_sigma, relevance_share=relevance_share, relevance_power=relevance_power, pool=pool,
-                            gan_steps=gan_steps, gan_sampling_rate=gan_sampling_rate)
+                            gan_critic=gan_critic, gan_steps=gan_steps, gan_sampling_rate=gan_sampling_rate, gan_generator_steps=gan_generator_steps)
     reporter = ProgressReporter(steps or D.releases, err_console if as_json else out)  # stdout carries only the card under --json
     try:
         result = run_convert(
@@ -263,8 +265,10 @@ def synth(
     delta: Annotated[float, typer.Option("--delta", help="Target δ.", rich_help_panel=PRIVACY)] = DEFAULT_DELTA,
     samples: Annotated[int, typer.Option("--samples", help="Synthetic images to write (class-balanced).", rich_help_panel=OUTPUT)] = 10000,
     grid: Annotated[Optional[Path], typer.Option("--grid", help="Also write a PNG grid of samples, one row per class.", rich_help_panel=OUTPUT)] = None,
-    gan_steps: Annotated[int, typer.Option("--gan-steps", help="DP critic steps.", rich_help_panel=PRIVACY)] = 1000,
-    gan_sampling_rate: Annotated[float, typer.Option("--gan-sampling-rate", help="Poisson rate of the critic's lots.", rich_help_panel=PRIVACY)] = 0.02,
+    gan_critic: Annotated[str, typer.Option("--gan-critic", help="'embedding' (one noisy kernel mean-embedding release) or 'dpsgd' (a convolutional critic trained with DP-SGD).", rich_help_panel=PRIVACY)] = "embedding",
+    gan_steps: Annotated[int, typer.Option("--gan-steps", help="--gan-critic dpsgd: DP critic steps.", rich_help_panel=PRIVACY)] = 1000,
+    gan_sampling_rate: Annotated[float, typer.Option("--gan-sampling-rate", help="--gan-critic dpsgd: Poisson rate of the critic's lots.", rich_help_panel=PRIVACY)] = 0.02,
+    gan_generator_steps: Annotated[int, typer.Option("--gan-generator-steps", help="--gan-critic embedding: generator steps against the release (post-processing).", rich_help_panel=PRIVACY)] = 1500,
     seed: Annotated[int, typer.Option("--seed", help="Seed for everything but the DP noise.", rich_help_panel=PRIVACY)] = 0,
     seeded_noise: Annotated[bool, typer.Option("--seeded-noise", help="Tests and benchmarks only: the noise from --seed (NOT secret; the card says so).", rich_help_panel=PRIVACY)] = False,
     pixel_range: Annotated[Optional[float], typer.Option("--pixel-range", help="Maximum pixel value of data stored as float or wide integers.", rich_help_panel=DATA)] = None,
@@ -272,7 +276,7 @@ def synth(
     """Release a DP synthetic data set: a GAN with a DP critic trained on --private-data, its samples and a card."""
     import shlex
 
-    from dpconvert.methods.query_sources import GanOptions
+    from dpconvert.methods.dpgan import GanOptions
     from dpconvert.synth import synthesize
 
     try:
@@ -282,9 +286,9 @@ def synth(
         raise DpconvertError(f"`input_size` must be C,H,W (e.g. 1,28,28), got {input_size!r}") from None
     card = synthesize(private_data, out=out_path, input_size=size, num_classes=num_classes, eps=eps, delta=delta, samples=samples, seed=seed,
                       seeded_noise=seeded_noise, pixel_range=pixel_range, grid=grid,
-                      gan=GanOptions(steps=gan_steps, sampling_rate=gan_sampling_rate),
+                      gan=GanOptions(critic=gan_critic, steps=gan_steps, sampling_rate=gan_sampling_rate, generator_steps=gan_generator_steps),
                       command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-                      on_progress=lambda i: out.print(f"DP critic step {i['releases']}/{gan_steps}, critic loss {i['loss']:.3f}"))
+                      on_progress=lambda i: out.print(f"{i['stage']}: step {i['releases']}/{i['total']}, loss {i['loss']:.3f}"))
     g = card["guarantee"]
     out.print(f"wrote {out_path} ({samples} samples) and {out_path}.card.json: ε={g['epsilon']:.4f}, δ={g['delta']:g}, scope {g['scope']}"
               + (f"; sample grid {grid}" if grid else ""))

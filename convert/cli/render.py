@@ -94,9 +94,10 @@ class ProgressReporter:
                                f"student training {_duration(info['student_seconds'])}; released rows kept as {info['kept_as']} "
                                f"({info['kept_bytes'] / 2**20:,.0f} MiB). --batch-size and --epochs trade time for accuracy.")
             return
-        if info["kind"] == "query_generator":  # Private-kNN's in-run DPDFD generator, before the Private-kNN plan
-            self.console.print(f"query generator (DPDFD, ε share {info['epsilon_share']:g} at δ/2): {info['stage']}, "
-                               f"releases {info['releases']}" + (f", loss {info['loss']:.3g}" if "loss" in info else ""))
+        if info["kind"] == "query_generator":  # Private-kNN's in-run generator (DPDFD or DP-critic GAN), before its plan
+            count = f"step {info['releases']}/{info['total']}" if "total" in info else f"releases {info['releases']}"
+            self.console.print(f"query generator (ε share {info['epsilon_share']:g} at δ/2): {info['stage']}, {count}"
+                               + (f", loss {info['loss']:.3g}" if "loss" in info else ""))
             return
         parts = [f"releases {info['releases']}", f"ε spent {info.get('epsilon', float('inf')):.3f}"]
         if "loss" in info:

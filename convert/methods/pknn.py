@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 from dpconvert.errors import DpconvertError
@@ -59,12 +59,16 @@ class PknnOptions:
     canaries: int = 0  # one-run canary audit with this many canaries (auditing/canaries.py)
     query_generator: Optional[str] = None  # FILE (saved with save_generator), "prior", "train" or "dpgan"; without public_data
     generator_eps: Optional[float] = None  # `query_generator` train/dpgan: the generator's share of ε (default half)
-    # `query_generator` dpgan: the DP-critic GAN (mechanisms/dp_gan.py), trained on the private data
-    gan_steps: int = 1000  # critic steps (each one noisy DP-SGD step on a Poisson lot)
-    gan_sampling_rate: float = 0.02  # q of the critic's lots
-    gan_clip: float = 1.0  # per-example gradient norm bound of the critic
-    gan_fake_batch: int = 512  # generated examples per critic step (fixed: never a function of the data)
-    gan_lr: float = 2e-4
+    # `query_generator` dpgan: the DP-critic GAN (methods/dpgan.py), trained on the private data; see GanOptions
+    gan_critic: str = "embedding"  # "embedding" (one noisy mean-embedding release) or "dpsgd" (a DP-SGD-trained critic)
+    gan_steps: int = 1000  # dpsgd: critic steps (each one noisy DP-SGD step on a Poisson lot)
+    gan_sampling_rate: float = 0.02  # dpsgd: q of the critic's lots
+    gan_clip: float = 1.0  # dpsgd: per-example gradient norm bound of the critic
+    gan_features: int = 1000  # embedding: random Fourier frequencies
+    gan_length_scale: float = 0.35  # embedding: kernel length scale in units of √(input dimensions), on [0, 1] pixels
+    gan_generator_steps: int = 1500  # embedding: generator steps against the release
+    gan_fake_batch: int = 512  # generated examples per step (fixed: never a function of the data)
+    gan_lr: Optional[float] = None  # None: the critic's default
     generator_run: DpdfdOptions = field(default_factory=DpdfdOptions)  # `query_generator` train: its DPDFD options
 
     def __post_init__(self) -> None:
@@ -79,7 +83,9 @@ class PknnOptions:
             (self.canaries == 0 or self.canaries >= 2, "`canaries` needs at least 2 canaries"),
             (self.gan_steps >= 1, "`gan_steps` must be >= 1"), (0 < self.gan_sampling_rate < 1, "`gan_sampling_rate` must be in (0, 1)"),
             (self.gan_clip > 0, "`gan_clip` must be > 0"), (self.gan_fake_batch >= 1, "`gan_fake_batch` must be >= 1"),
-            (self.gan_lr > 0, "`gan_lr` must be > 0"),
+            (self.gan_lr is None or self.gan_lr > 0, "`gan_lr` must be > 0"), (self.gan_features >= 1, "`gan_features` must be >= 1"),
+            (self.gan_length_scale > 0, "`gan_length_scale` must be > 0"), (self.gan_generator_steps >= 1, "`gan_generator_steps` must be >= 1"),
+            (self.gan_critic in GAN_CRITIC_OPTIONS, f"`gan_critic` must be {' or '.join(GAN_CRITIC_OPTIONS)}, got {self.gan_critic!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -89,10 +95,26 @@ class PknnOptions:
     def threshold_value(self) -> float:
         return self.threshold if self.threshold is not None else self.threshold_ratio * self.k
 
+    def gan_options(self):
+        from .dpgan import GanOptions
+
+        return GanOptions(critic=self.gan_critic, lr=self.gan_lr, fake_batch=self.gan_fake_batch, steps=self.gan_steps,
+                          sampling_rate=self.gan_sampling_rate, clip=self.gan_clip, features=self.gan_features,
+                          length_scale=self.gan_length_scale, generator_steps=self.gan_generator_steps)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         del d["generator_run"]  # its DPDFD run describes itself in the card's query_generator block
         return d
+
+
+# The options each DP-GAN critic reads (the others must keep their defaults); GAN_CRITIC_OPTIONS' keys are CRITICS' keys.
+GAN_CRITIC_OPTIONS = {"embedding": ("gan_features", "gan_length_scale", "gan_generator_steps"),
+                      "dpsgd": ("gan_steps", "gan_sampling_rate", "gan_clip")}
+
+
+# Composed accountants whose σ2 is calibrated against the composed bound itself (record-level parts, joint RDP).
+JOINTLY_CALIBRATED = {"dpgan"}
 
 
 # A query generator's accountant → the accountant of its composition with the labels, and how the card says it.
@@ -100,8 +122,8 @@ COMPOSED_ACCOUNTANT = {"dpdfd": "pknn+dpdfd_generator", "dpgan": "pknn+dpgan"}
 COMPOSITION_NOTE = {
     "pknn+dpdfd_generator": "; the query generator's DPDFD events (replayed from its file, or from this run) composed by basic composition, "
                             "each part at δ/2",
-    "pknn+dpgan": "; the DP-critic GAN's steps composed with the labels: the smaller of basic composition (each part at δ/2) and one "
-                  "RDP composition of all events at δ",
+    "pknn+dpgan": "; the DP-critic GAN's events composed with the labels: the smaller of basic composition (each part at δ/2) and one "
+                  "RDP composition of all events at δ (σ2 calibrated against this composed bound)",
 }
 
 
@@ -154,6 +176,9 @@ class PrivateKnn(Method):
         gan_changed = [k for k in PknnOptions.__dataclass_fields__ if k.startswith("gan_") and getattr(opts, k) != getattr(PknnOptions(), k)]
         if gan_changed and source != "dpgan":
             raise DpconvertError(f"`{gan_changed[0]}` configures the DP-critic GAN: use it with `query_generator` dpgan")
+        other = [k for c, keys in GAN_CRITIC_OPTIONS.items() if c != opts.gan_critic for k in keys if k in gan_changed]
+        if other:
+            raise DpconvertError(f"`{other[0]}` configures another GAN critic than `gan_critic` {opts.gan_critic}; drop it or change the critic")
         if source in ("train", "dpgan") and not 0 < generator_share(run, opts) < run.eps:
             raise DpconvertError(f"`generator_eps` must be between 0 and `eps` {run.eps:g} (the rest labels the queries), "
                                  f"got {generator_share(run, opts):g}")
@@ -232,6 +257,8 @@ class PrivateKnn(Method):
                 raise DpconvertError(f"the query generator alone costs ε={eps_gen:.3f} at δ/2={run.delta / 2:g}; raise `eps` above it "
                                      "or use `public_data` / `query_generator` prior")
             eps_labels, delta_labels = run.eps - eps_gen, run.delta / 2
+        if source.cost is not None and kind in JOINTLY_CALIBRATED and opts.sigma2 is None:
+            return self._joint_budget(run, opts, accountant, num_classes, total_q)
         plan = self.label_plan(opts, num_classes, eps_labels, delta_labels, total_q)
         if opts.sigma2 is not None and plan["epsilon"] > eps_labels:
             raise DpconvertError(f"`sigma2` {opts.sigma2} gives ε={plan['epsilon']:.3f} > {eps_labels:.3f} if every query is answered; "
@@ -240,6 +267,33 @@ class PrivateKnn(Method):
             eps_gen = run.eps - eps_labels
             plan["accountants"] = {f"query generator ({kind}) at δ/2": eps_gen, **{f"labels, {k} at δ/2": v for k, v in plan["accountants"].items()}}
             plan.update(epsilon=eps_gen + plan["epsilon"], scope=accountant.scope, adjacency=accountant.adjacency, delta=run.delta)
+        return accountant, plan
+
+    def _joint_budget(self, run, opts: PknnOptions, accountant, num_classes: int, total_q: int):
+        """σ2 for a record-level generator whose events compose with the labels' in one accountant: the smallest σ2
+        whose composed ε (the accountant's own bound: the smaller of basic and joint RDP composition), with every
+        query answered, is within `eps`. Calibrating the labels alone at ε − ε_generator by basic composition would
+        leave the joint bound's slack unspent (measured: 0.68 for a target of 1)."""
+        from dpconvert.accounting.calibrate import smallest_sigma
+
+        def planned(sigma2: float):
+            acc = type(accountant)(events=list(accountant.events))
+            acc.record("pknn_screening", count=total_q, k=opts.k, num_classes=num_classes, sigma1=opts.sigma1,
+                       threshold=opts.threshold_value, sampling_rate=opts.sampling_rate)
+            acc.record("pknn_argmax", count=total_q, sigma2=sigma2, sampling_rate=opts.sampling_rate, num_classes=num_classes)
+            return acc
+
+        floor = planned(1e6).epsilon(delta=run.delta)
+        if floor >= run.eps:
+            raise DpconvertError(f"the query generator and the screening alone cost ε={floor:.3f}; raise `eps`, lower `generator_eps` or raise `sigma1`")
+        sigma2 = smallest_sigma(lambda s2: planned(s2).epsilon(delta=run.delta), run.eps, rel_tol=1e-3)
+        plan = self.label_plan(replace(opts, sigma2=sigma2), num_classes, None, run.delta / 2, total_q)
+        gen, _ = accountant.parts()
+        eps_all = planned(sigma2).epsilons(delta=run.delta)
+        plan["accountants"] = {"query generator at δ/2": gen.epsilon(delta=run.delta / 2), **{f"labels, {k} at δ/2": v for k, v in plan["accountants"].items()},
+                               **{f"composed: {k}": v for k, v in eps_all.items() if k != "epsilon"}}
+        plan.update(epsilon=eps_all["epsilon"], calibrated=True, target_epsilon=run.eps, scope=accountant.scope, adjacency=accountant.adjacency,
+                    delta=run.delta)
         return accountant, plan
 
     def _rounds(self, run, opts: PknnOptions, spec, source, order, private_x, mech, train_rng, on_progress):

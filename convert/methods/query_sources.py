@@ -141,70 +141,16 @@ def _train(run, opts, teacher, n, rng, on_progress) -> QuerySource:
 
 @QUERY_SOURCES.register("dpgan")
 def _dpgan(run, opts, teacher, n, rng, on_progress) -> QuerySource:
-    """A GAN with a DP-SGD critic trained on the private records at the generator's share of ε (δ/2); its samples
+    """A GAN with a DP critic (``methods/dpgan.py``) trained on the private records at the generator's share of ε (δ/2); its samples
     are the queries. The teacher is not involved: the cost is record-level, the critic's events."""
     from dpconvert.generators.saved import sample_queries
 
+    from .dpgan import DPGAN_GENERATOR, train_dpgan
+
     share = generator_share(run, opts)
-    gan = train_dpgan(run, GanOptions(opts.gan_steps, opts.gan_sampling_rate, opts.gan_clip, opts.gan_fake_batch, opts.gan_lr), teacher.spec,
-                      share, run.delta / 2, on_progress)
-    info = {"trained_in_this_run": True, "architecture": f"{DPGAN_GENERATOR} generator, DP critic", "samples": n,
+    gan = train_dpgan(run, opts.gan_options(), teacher.spec, share, run.delta / 2, on_progress)
+    info = {"trained_in_this_run": True, "architecture": f"{DPGAN_GENERATOR} generator, DP critic ({gan.mechanism['critic']})", "samples": n,
             "dpgan_epsilon_at_its_delta": gan.epsilon, "its_delta": run.delta / 2, "dpgan": gan.mechanism}
     return QuerySource(sample_queries(gan.generator, n, teacher.spec.num_classes, rng),
                        f"DP-critic GAN trained on the private data in this run (ε share {share:g} at δ/2; {n} samples)",
                        "nothing beyond the above: the queries are post-processing of the DP critic", cost=gan, generator_info=info)
-
-
-DPGAN_GENERATOR = "dcgan_small"
-
-
-@dataclass(frozen=True)
-class GanOptions:
-    steps: int = 1000  # critic steps (each one noisy DP-SGD step on a Poisson lot)
-    sampling_rate: float = 0.02  # q of the critic's lots
-    clip: float = 1.0  # per-example gradient norm bound of the critic
-    fake_batch: int = 512  # generated examples per critic step (fixed: never a function of the data)
-    lr: float = 2e-4
-
-
-@dataclass
-class DpganResult:
-    generator: object
-    accountant_state: dict
-    epsilon: float
-    mechanism: dict
-
-
-def train_dpgan(run, opts: GanOptions, spec, eps: float, delta: float, on_progress=None) -> DpganResult:
-    """Load ``run.private_data`` (per record), calibrate the critic's σ to (ε, δ), train; nothing else reads the records.
-    ``run`` supplies private_data, pixel_range, seed and seeded_noise."""
-    import torch
-
-    from dpconvert.accounting import DpganAccountant
-    from dpconvert.accounting.calibrate import dpsgd_sigma
-    from dpconvert.generators import create_generator
-    from dpconvert.io.data import load_data
-    from dpconvert.mechanisms.dp_gan import DpGanTraining
-    from dpconvert.mechanisms.noise import mechanism_rng
-
-    sigma = dpsgd_sigma(eps=eps, delta=delta, sampling_rate=opts.sampling_rate, steps=opts.steps, count_sigma=None)
-    private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
-    torch.manual_seed(run.seed + IN_RUN_SEED_OFFSET)
-    generator = create_generator(DPGAN_GENERATOR, spec, nz=64)
-    noise, noise_info = mechanism_rng(run.seed, seeded=run.seeded_noise, offset=IN_RUN_SEED_OFFSET)
-    accountant = DpganAccountant()
-    every = max(1, opts.steps // 10)
-
-    def report(step, loss_d, loss_g):
-        if on_progress and step % every == 0:
-            on_progress({"kind": "query_generator", "stage": "DP-critic GAN", "epsilon_share": eps, "releases": step,
-                         "loss": loss_d})
-    training = DpGanTraining(generator, spec, sigma=sigma, clip=opts.clip, sampling_rate=opts.sampling_rate, steps=opts.steps,
-                             fake_batch=opts.fake_batch, lr=opts.lr, accountant=accountant, noise=noise,
-                             train_rng=torch.Generator().manual_seed(run.seed + IN_RUN_SEED_OFFSET))
-    trained = training.fit(private.x, private.y, report)
-    eps_spent = accountant.epsilon(delta=delta)
-    mechanism = {"sigma": sigma, "clip": opts.clip, "sampling_rate": opts.sampling_rate, "steps": accountant.count("subsampled_gaussian"),
-                 "fake_batch": opts.fake_batch, "engine": "opacus ghost clipping (DPOptimizerFastGradientClipping) on the critic",
-                 **noise_info}
-    return DpganResult(trained, accountant.state_dict(), eps_spent, mechanism)
