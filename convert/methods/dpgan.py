@@ -35,8 +35,8 @@ class GanOptions:
     sampling_rate: float = 0.02  # q of the critic's lots
     clip: float = 1.0  # per-example gradient norm bound of the critic
     # critic "embedding"
-    features: int = 1000  # random Fourier frequencies: 2·features + 1 released numbers per class
-    length_scale: float = 0.35  # the Gaussian kernel's ℓ in units of √(input dimensions), on [0, 1] pixels
+    features: int = 3000  # random Fourier frequencies: 2·features + 1 released numbers per class
+    length_scale: float = 0.2  # the Gaussian kernel's ℓ in units of √(input dimensions), on [0, 1] pixels
     generator_steps: int = 1500  # generator steps against the one release (post-processing: free)
 
 
@@ -101,6 +101,17 @@ def _calibrate(eps: float, delta: float, sampling_rate: float, steps: int) -> fl
     from dpconvert.accounting.calibrate import dpsgd_sigma
 
     return dpsgd_sigma(eps=eps, delta=delta, sampling_rate=sampling_rate, steps=steps, count_sigma=None)
+
+
+def planned_events(opts: GanOptions, eps: float, delta: float) -> list:
+    """The events a training at (ε, δ) will record, before any data is read: to check a composed budget up front."""
+    from dpconvert.accounting import DpganAccountant
+
+    critic = CRITICS.get(opts.critic)
+    acc = DpganAccountant()
+    acc.record("subsampled_gaussian", sigma=critic.sigma(opts, eps, delta), clip=1.0 if opts.critic == "embedding" else opts.clip,
+               sampling_rate=1.0 if opts.critic == "embedding" else opts.sampling_rate, count=1 if opts.critic == "embedding" else opts.steps)
+    return list(acc.events)
 
 
 def train_dpgan(run, opts: GanOptions, spec, eps: float, delta: float, on_progress=None) -> DpganResult:

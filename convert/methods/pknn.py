@@ -64,8 +64,8 @@ class PknnOptions:
     gan_steps: int = 1000  # dpsgd: critic steps (each one noisy DP-SGD step on a Poisson lot)
     gan_sampling_rate: float = 0.02  # dpsgd: q of the critic's lots
     gan_clip: float = 1.0  # dpsgd: per-example gradient norm bound of the critic
-    gan_features: int = 1000  # embedding: random Fourier frequencies
-    gan_length_scale: float = 0.35  # embedding: kernel length scale in units of √(input dimensions), on [0, 1] pixels
+    gan_features: int = 3000  # embedding: random Fourier frequencies
+    gan_length_scale: float = 0.2  # embedding: kernel length scale in units of √(input dimensions), on [0, 1] pixels
     gan_generator_steps: int = 1500  # embedding: generator steps against the release
     gan_fake_batch: int = 512  # generated examples per step (fixed: never a function of the data)
     gan_lr: Optional[float] = None  # None: the critic's default
@@ -206,8 +206,7 @@ class PrivateKnn(Method):
         with phase("load data"):
             private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
         _local_notes(len(private), opts, run.delta)  # n may reach the operator's console, never the card or an abort
-        if source_name(run, opts) in ("train", "dpgan"):  # fail before minutes of training if what the generator leaves cannot pay for the labels
-            self.label_plan(opts, spec.num_classes, run.eps - generator_share(run, opts), run.delta / 2, opts.queries or GENERATOR_QUERIES)
+        self._check_budget_before_training(run, opts, spec.num_classes)
         with phase("queries"):
             source = load_queries(run, opts, teacher, on_progress)
         total_q = min(opts.queries or len(source.x), len(source.x))
@@ -268,6 +267,21 @@ class PrivateKnn(Method):
             plan["accountants"] = {f"query generator ({kind}) at δ/2": eps_gen, **{f"labels, {k} at δ/2": v for k, v in plan["accountants"].items()}}
             plan.update(epsilon=eps_gen + plan["epsilon"], scope=accountant.scope, adjacency=accountant.adjacency, delta=run.delta)
         return accountant, plan
+
+    def _check_budget_before_training(self, run, opts: PknnOptions, num_classes: int) -> None:
+        """Fail before minutes of generator training if what the generator leaves cannot pay for the labels."""
+        source, queries = source_name(run, opts), opts.queries or GENERATOR_QUERIES
+        if source == "train":
+            self.label_plan(opts, num_classes, run.eps - generator_share(run, opts), run.delta / 2, queries)
+        elif source == "dpgan" and opts.sigma2 is None:
+            from dpconvert.accounting import DpganPknnAccountant
+
+            from .dpgan import planned_events
+
+            planned = DpganPknnAccountant(events=planned_events(opts.gan_options(), generator_share(run, opts), run.delta / 2))
+            self._joint_budget(run, opts, planned, num_classes, queries)
+        elif source == "dpgan":
+            self.label_plan(opts, num_classes, run.eps - generator_share(run, opts), run.delta / 2, queries)
 
     def _joint_budget(self, run, opts: PknnOptions, accountant, num_classes: int, total_q: int):
         """σ2 for a record-level generator whose events compose with the labels' in one accountant: the smallest σ2
