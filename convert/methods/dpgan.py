@@ -15,7 +15,7 @@ gave the better student, which is why it is the default.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from dpconvert.registry import Registry
@@ -56,7 +56,8 @@ class Critic:
     build: Callable[..., object]
     mechanism: Callable[[GanOptions, object], dict]
     progress_steps: Callable[[GanOptions], int]  # the steps ``on_step`` counts
-    default_lr: float
+    default_lr: float  # when GanOptions.lr is None
+    planned: Callable[[GanOptions], dict]  # the (clip, sampling_rate, count) of the events one training records
 
 
 CRITICS: Registry[Critic] = Registry("GAN critic")
@@ -66,7 +67,7 @@ def _dpsgd_build(opts, spec, generator, sigma, accountant, noise, train_rng, see
     from dpconvert.mechanisms.dp_gan import DpGanTraining
 
     return DpGanTraining(generator, spec, sigma=sigma, clip=opts.clip, sampling_rate=opts.sampling_rate, steps=opts.steps,
-                         fake_batch=opts.fake_batch, lr=opts.lr or 2e-4, accountant=accountant, noise=noise, train_rng=train_rng)
+                         fake_batch=opts.fake_batch, lr=opts.lr, accountant=accountant, noise=noise, train_rng=train_rng)
 
 
 CRITICS.register("dpsgd")(Critic(
@@ -74,7 +75,8 @@ CRITICS.register("dpsgd")(Critic(
     build=_dpsgd_build,
     mechanism=lambda o, acc: {"clip": o.clip, "sampling_rate": o.sampling_rate, "steps": acc.count("subsampled_gaussian"),
                               "engine": "opacus ghost clipping (DPOptimizerFastGradientClipping) on a convolutional critic"},
-    progress_steps=lambda o: o.steps, default_lr=2e-4))
+    progress_steps=lambda o: o.steps, default_lr=2e-4,
+    planned=lambda o: {"clip": o.clip, "sampling_rate": o.sampling_rate, "count": o.steps}))
 
 
 def _embedding_build(opts, spec, generator, sigma, accountant, noise, train_rng, seed):
@@ -83,7 +85,7 @@ def _embedding_build(opts, spec, generator, sigma, accountant, noise, train_rng,
     from dpconvert.mechanisms.dp_mean_embedding import EmbeddingGanTraining
 
     return EmbeddingGanTraining(generator, spec, sigma=sigma, features=opts.features, length_scale=opts.length_scale * math.sqrt(math.prod(spec.shape)),
-                                steps=opts.generator_steps, fake_batch=opts.fake_batch, lr=opts.lr or 1e-3, accountant=accountant,
+                                steps=opts.generator_steps, fake_batch=opts.fake_batch, lr=opts.lr, accountant=accountant,
                                 noise=noise, train_rng=train_rng, feature_seed=seed + FEATURE_SEED_OFFSET)
 
 
@@ -94,7 +96,8 @@ CRITICS.register("embedding")(Critic(
                               "length_scale": o.length_scale, "generator_steps": o.generator_steps,
                               "engine": "one Gaussian release of the class-conditional random-Fourier-feature mean embedding "
                                         "(ℓ2 sensitivity 1 per record), the generator fitted to it"},
-    progress_steps=lambda o: o.generator_steps, default_lr=1e-3))
+    progress_steps=lambda o: o.generator_steps, default_lr=1e-3,
+    planned=lambda o: {"clip": 1.0, "sampling_rate": 1.0, "count": 1}))
 
 
 def _calibrate(eps: float, delta: float, sampling_rate: float, steps: int) -> float:
@@ -109,8 +112,7 @@ def planned_events(opts: GanOptions, eps: float, delta: float) -> list:
 
     critic = CRITICS.get(opts.critic)
     acc = DpganAccountant()
-    acc.record("subsampled_gaussian", sigma=critic.sigma(opts, eps, delta), clip=1.0 if opts.critic == "embedding" else opts.clip,
-               sampling_rate=1.0 if opts.critic == "embedding" else opts.sampling_rate, count=1 if opts.critic == "embedding" else opts.steps)
+    acc.record("subsampled_gaussian", sigma=critic.sigma(opts, eps, delta), **critic.planned(opts))
     return list(acc.events)
 
 
@@ -125,6 +127,7 @@ def train_dpgan(run, opts: GanOptions, spec, eps: float, delta: float, on_progre
     from dpconvert.mechanisms.noise import mechanism_rng
 
     critic = CRITICS.get(opts.critic)
+    opts = replace(opts, lr=opts.lr or critic.default_lr)
     sigma = critic.sigma(opts, eps, delta)
     private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
     torch.manual_seed(run.seed + SEED_OFFSET)
