@@ -35,7 +35,7 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
     import torch
 
     from .accounting import DpganAccountant, library_versions
-    from .generators.saved import sample_queries
+    from .generators.saved import sample_labelled
     from .io.atomic import AtomicOutputs
     import hashlib
 
@@ -53,8 +53,7 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
     CRITICS.get(gan_opts.critic)  # an unknown critic fails here, before the data is read
     t0 = time.perf_counter()
     result = train_dpgan(run, gan_opts, spec, eps, delta, on_progress)
-    x = sample_queries(result.generator, samples, num_classes, torch.Generator().manual_seed(seed))
-    labels = (torch.arange(samples) % num_classes)[torch.randperm(samples, generator=torch.Generator().manual_seed(seed))]
+    x, labels = sample_labelled(result.generator, samples, num_classes, torch.Generator().manual_seed(seed))  # each image's class
     pixels = (x.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
     buf = io.BytesIO()
     np.savez_compressed(buf, x=pixels, y=labels.numpy())

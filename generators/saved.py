@@ -107,10 +107,16 @@ def load_saved_generator(path: str | Path) -> SavedGenerator:
 
 
 @torch.no_grad()
-def sample_queries(generator: torch.nn.Module, n: int, num_classes: int, rng: torch.Generator, batch: int = 1024) -> torch.Tensor:
-    """n inputs G(z, c): z ~ N(0, I), class labels c balanced (chosen by us, public)."""
+def sample_labelled(generator: torch.nn.Module, n: int, num_classes: int, rng: torch.Generator,
+                    batch: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n inputs G(z, c), their classes c): z ~ N(0, I), c balanced (chosen by us, public)."""
     z = torch.randn(n, generator.nz, generator=rng)
     labels = (torch.arange(n) % num_classes)[torch.randperm(n, generator=rng)]
     cond = bool(getattr(generator, "num_classes", None))
     generator.eval()
-    return torch.cat([generator(zc, lc if cond else None) for zc, lc in zip(z.split(batch), labels.split(batch))])
+    return torch.cat([generator(zc, lc if cond else None) for zc, lc in zip(z.split(batch), labels.split(batch))]), labels
+
+
+def sample_queries(generator: torch.nn.Module, n: int, num_classes: int, rng: torch.Generator, batch: int = 1024) -> torch.Tensor:
+    """n inputs G(z, c) (the classes drawn as in :func:`sample_labelled` and dropped: the teacher labels queries)."""
+    return sample_labelled(generator, n, num_classes, rng, batch)[0]
