@@ -472,3 +472,23 @@ def test_fixed_prior_images_are_data_free_per_image_targets(tmp_path):
     assert [a.passed for a in dpconvert.audit([str(r.out)])] == [True]
     with pytest.raises(DpconvertError, match="prior_images"):
         dpconvert.convert("builtin:digits", out=tmp_path / "t.onnx", eps=1, prior_images=100, public_data="builtin:digits")
+
+
+def test_fixed_prior_images_are_the_default_for_28x28_inputs_only():
+    """The measured default (2 500 fixed prior images) applies to 28×28-sized inputs with no other query source; an
+    explicit value, public images, a generator, `rows` or another input size keep one target per prior sample."""
+    from types import SimpleNamespace
+
+    from dpconvert.methods.dpdfd import DEFAULT_PRIOR_IMAGES, DpdfdOptions, prior_images, public_targets
+
+    fmnist, digits = InputSpec(1, 28, 28, 10), InputSpec(1, 8, 8, 10)
+    plain, public = SimpleNamespace(public_data=None), SimpleNamespace(public_data="pub.npz")
+    assert prior_images(plain, DpdfdOptions(), fmnist) == DEFAULT_PRIOR_IMAGES
+    assert public_targets(plain, DpdfdOptions(), fmnist) == "per-image"
+    assert prior_images(plain, DpdfdOptions(), digits) == 0 and public_targets(plain, DpdfdOptions(), digits) == "rows"
+    assert prior_images(plain, DpdfdOptions(), InputSpec(3, 32, 32, 10)) == 0
+    assert prior_images(plain, DpdfdOptions(prior_images=0), fmnist) == 0
+    assert prior_images(plain, DpdfdOptions(prior_images=300), digits) == 300
+    assert prior_images(public, DpdfdOptions(), fmnist) == 0
+    assert prior_images(plain, DpdfdOptions(generator="dafl"), fmnist) == 0
+    assert prior_images(plain, DpdfdOptions(public_targets="rows"), fmnist) == 0
