@@ -29,7 +29,7 @@ class PublicImageSource(nn.Module):
 
     def __init__(self, images: torch.Tensor, *, max_shift: int = 2, flip: bool = True, mix_prob: float = 0.3,
                  mix_min: float = 0.6, subpixel: bool = True, blends: int = 0, blend_min: float = 0.5, seed: int = 0,
-                 public: bool = True) -> None:
+                 public: bool = True, public_count: int | None = None) -> None:
         super().__init__()
         if len(images) == 0:
             raise ValueError("no public images")
@@ -38,6 +38,8 @@ class PublicImageSource(nn.Module):
         self.register_buffer("images", images.float())  # already normalised to the teacher's input spec
         self.max_shift, self.flip, self.mix_prob, self.mix_min, self.subpixel = max_shift, flip, mix_prob, mix_min, subpixel
         self.public = public  # False: images drawn from a data-free prior (no per-image ε: they are nobody's data)
+        # a mixture: the first public_count images are public, the rest drawn from a data-free prior (not counted)
+        self.public_count = len(images) if public_count is None else public_count
         g = torch.Generator().manual_seed(seed)
         pairs = torch.randint(0, len(images), (blends, 2), generator=g)
         self.register_buffer("pairs", pairs)
@@ -48,7 +50,7 @@ class PublicImageSource(nn.Module):
     @property
     def num_sources(self) -> int | None:
         """Public images (what the per-image ε counts rows of); None for images from a data-free prior."""
-        return len(self.images) if self.public else None
+        return self.public_count if self.public else None
 
     @property
     def num_bases(self) -> int:
@@ -84,7 +86,8 @@ class PublicImageSource(nn.Module):
         other = self.pairs[(base - n).clamp(min=0), 1] if len(self.pairs) else torch.full_like(base, -1)
         second = torch.where(base >= n, other, torch.where(mixed, second, torch.full_like(second, -1)))
         second = torch.where(second == first, torch.full_like(second, -1), second)
-        return torch.stack([first, second], 1)
+        pair = torch.stack([first, second], 1)
+        return torch.where(pair >= self.public_count, torch.full_like(pair, -1), pair)  # prior images are nobody's
 
     def forward(self, z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         u, base, second, mixed = self._draws(z)

@@ -471,7 +471,36 @@ def test_fixed_prior_images_are_data_free_per_image_targets(tmp_path):
     assert card["guarantee"]["epsilon"] == pytest.approx(1.0)
     assert [a.passed for a in dpconvert.audit([str(r.out)])] == [True]
     with pytest.raises(DpconvertError, match="prior_images"):
-        dpconvert.convert("builtin:digits", out=tmp_path / "t.onnx", eps=1, prior_images=100, public_data="builtin:digits")
+        dpconvert.convert("builtin:digits", out=tmp_path / "t.onnx", eps=1, prior_images=100, generator="dafl")
+
+
+def test_public_images_mixed_with_fixed_prior_images(tmp_path):
+    """--public-data with --prior-images N: both are queried and averaged per image; only the public images count
+    towards the per-image ε (the prior's are nobody's data), and the card says the queries are a mixture."""
+    import json
+
+    import dpconvert
+    from dpconvert.io.data import digits_split
+
+    public = len(digits_split("test"))
+    r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", eps=1, batch_size=4000, epochs=1, prior_images=200,
+                          public_data="builtin:digits:test")
+    card = json.loads(r.card_json.read_text())
+    m = card["mechanism"]
+    assert "mixed with 200 fixed images of the data-free prior" in m["query_source"] and m["config"]["student_data"] == "sources"
+    assert m["public_images"]["images"] == public and m["public_images"]["images_queried"] <= public
+    assert m["public_images"]["max_rows_per_image"] < 4000 * 2 / (public + 200) + 20  # prior images' rows not counted as public
+    assert "per_image_epsilon" in card["guarantee"]
+    assert [a.passed for a in dpconvert.audit([str(r.out)])] == [True]
+
+
+def test_prior_images_are_never_counted_as_public_sources():
+    from dpconvert.generators.public_images import PublicImageSource
+
+    src = PublicImageSource(torch.zeros(10, 1, 8, 8), mix_prob=0.5, public_count=6)
+    pairs = src.sources(torch.randn(5000, 7, generator=torch.Generator().manual_seed(0)))
+    assert int(pairs.max()) == 5 and src.num_sources == 6
+    assert bool((src.base_index(torch.randn(5000, 7)) >= 6).any())  # …but their targets are still averaged per image
 
 
 def test_fixed_prior_images_are_the_default_for_28x28_inputs_only():

@@ -203,9 +203,9 @@ class Dpdfd(Method):
         if opts.public_targets == "per-image" and not (run.public_data or opts.prior_images):
             raise DpconvertError(f"`public_targets` {opts.public_targets} averages the answers about each image: it needs `public_data` "
                                  "or `prior_images` N")
-        if opts.prior_images and (run.public_data or opts.generator or opts.public_targets == "rows"):
-            raise DpconvertError("`prior_images` draws the queried images from the data-free prior: drop `public_data`, `generator` "
-                                 "and `public_targets` rows, or `prior_images`")
+        if opts.prior_images and (opts.generator or opts.public_targets == "rows"):
+            raise DpconvertError("`prior_images` averages the targets of fixed prior images: drop `generator` and `public_targets` rows, "
+                                 "or `prior_images`")
         if opts.public_targets == "per-image" and opts.generator:
             raise DpconvertError(f"`public_targets` {opts.public_targets} and `generator` are alternatives: drop one of them")
         if opts.prior:
@@ -299,15 +299,21 @@ class Dpdfd(Method):
         student_name = run.student or default_student_name(spec)
         student = create_student(student_name, spec)
         if run.public_data:  # explicit, labelled option: queries from public images instead of the random-field prior
+            import torch
+
             from dpconvert.generators.public_images import PublicImageSource
             from dpconvert.io.data import load_data
 
             public = load_data(run.public_data, spec, pixel_range=run.pixel_range)
             if len(public) == 0:
                 raise DpconvertError(f"{run.public_data}: the public set is empty; give public images or drop `public_data`")
+            extra = opts.prior_images or 0  # a mixture with fixed prior images (given explicitly: public data turns the default off)
             if public_targets(run, opts, spec) == "per-image":  # every view shows one image, so its rows can be averaged
-                prior = PublicImageSource(public.x, mix_prob=0.0)
+                images = public.x if not extra else torch.cat([public.x, fixed_prior_images(run, opts, spec, extra)[0].images])
+                prior = PublicImageSource(images, mix_prob=0.0, public_count=len(public))
                 how = "views under sub-pixel shifts and flips; the released targets averaged per image and denoised"
+                if extra:
+                    how += f"; mixed with {extra} fixed images of the data-free prior (seed {run.seed})"
             else:
                 prior = PublicImageSource(public.x)
                 how = "views under sub-pixel shifts, flips and mixup; one noisy target per view"
