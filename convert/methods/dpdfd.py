@@ -109,20 +109,27 @@ def public_targets(run, opts: DpdfdOptions, spec) -> str:
     return "per-image" if not opts.generator and (run.public_data or prior_images(run, opts, spec)) else "rows"
 
 
-def fixed_prior_images(run, opts: DpdfdOptions, spec, n: int):
-    """(query source, card description): n images drawn once from the data-free prior (from the seed), queried as views
-    under sub-pixel shifts and flips like public images, so each image's released targets can be averaged. Nothing of
-    any data set is involved; the per-image ε does not apply (the images are not anyone's data)."""
+def draw_prior_images(run, opts: DpdfdOptions, spec, n: int):
+    """n images drawn once from the data-free prior, from the seed (not the query stream): nobody's data."""
     import torch
 
-    from dpconvert.generators import PRIORS, create_generator, default_prior_name
+    from dpconvert.generators import create_generator, default_prior_name
+
+    base = create_generator(opts.prior or default_prior_name(spec), spec)
+    z = torch.randn(n, base.nz, generator=torch.Generator().manual_seed(run.seed + PRIOR_IMAGES_SEED_OFFSET))
+    with torch.no_grad():
+        return torch.cat([base(c) for c in z.split(4096)])
+
+
+def fixed_prior_images(run, opts: DpdfdOptions, spec, n: int):
+    """(query source, card description): :func:`draw_prior_images`, queried as views under sub-pixel shifts and flips
+    like public images, so each image's released targets can be averaged. Nothing of any data set is involved; the
+    per-image ε does not apply (the images are not anyone's data)."""
+    from dpconvert.generators import PRIORS, default_prior_name
     from dpconvert.generators.public_images import PublicImageSource
 
     name = opts.prior or default_prior_name(spec)
-    base = create_generator(name, spec)
-    z = torch.randn(n, base.nz, generator=torch.Generator().manual_seed(run.seed + PRIOR_IMAGES_SEED_OFFSET))
-    with torch.no_grad():
-        images = torch.cat([base(c) for c in z.split(4096)])
+    images = draw_prior_images(run, opts, spec, n)
     return (PublicImageSource(images, mix_prob=0.0, public=False),
             f"{PRIORS[name]}: {n} fixed images drawn from it (seed {run.seed}), views under sub-pixel shifts and flips; the "
             "released targets averaged per image and denoised — data-free")
@@ -309,7 +316,7 @@ class Dpdfd(Method):
                 raise DpconvertError(f"{run.public_data}: the public set is empty; give public images or drop `public_data`")
             extra = opts.prior_images or 0  # a mixture with fixed prior images (given explicitly: public data turns the default off)
             if public_targets(run, opts, spec) == "per-image":  # every view shows one image, so its rows can be averaged
-                images = public.x if not extra else torch.cat([public.x, fixed_prior_images(run, opts, spec, extra)[0].images])
+                images = public.x if not extra else torch.cat([public.x, draw_prior_images(run, opts, spec, extra)])
                 prior = PublicImageSource(images, mix_prob=0.0, public_count=len(public))
                 how = "views under sub-pixel shifts and flips; the released targets averaged per image and denoised"
                 if extra:
@@ -318,8 +325,8 @@ class Dpdfd(Method):
                 prior = PublicImageSource(public.x)
                 how = "views under sub-pixel shifts, flips and mixup; one noisy target per view"
             source = f"public images {run.public_data} ({len(public)}, unlabelled; {how}) — not data-free"
-        elif prior_images(run, opts, spec):
-            prior, source = fixed_prior_images(run, opts, spec, prior_images(run, opts, spec))
+        elif n_prior := prior_images(run, opts, spec):
+            prior, source = fixed_prior_images(run, opts, spec, n_prior)
         else:
             name = opts.prior or default_prior_name(spec)
             prior, source = create_generator(name, spec), PRIORS[name]
