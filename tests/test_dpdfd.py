@@ -192,6 +192,20 @@ def test_progress_display_does_not_change_the_student():
     assert all(torch.equal(students[0][k], students[1][k]) for k in init)
 
 
+def test_the_time_estimate_counts_the_student_samples_the_run_trains_on():
+    """The up-front estimate plans the student samples of every round; the rounds then train on exactly that many."""
+    torch.manual_seed(0)
+    cfg = DpdfdConfig(releases=3, batch_size=32, sigma=1.0, student_epochs=2, minibatch=16)
+    job = Dpdfd(lambda x: torch.randn(len(x), 10), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
+                prior=create_generator("random_fields", SPEC))
+    trained = []
+    fit = job._fit_forward
+    job._fit_forward = lambda x: (trained.append(len(x)), fit(x))[1]
+    planned = job._planned_student_samples()
+    job.run()
+    assert planned == sum(trained) == 2 * 32 * (1 + 2 + 3)
+
+
 def test_cosine_schedule_decays_the_student_lr_to_zero_over_each_replay():
     torch.manual_seed(0)
     cfg = DpdfdConfig(releases=1, batch_size=64, sigma=1.0, student_epochs=2, minibatch=16, lr_schedule="cosine")

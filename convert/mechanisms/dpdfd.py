@@ -683,17 +683,17 @@ class Dpdfd:
                 "student_seconds": self._planned_student_samples() * student / self.world.size,
                 "kept_bytes": 4 * per_row * (rows if cfg.student_data == "rows" else 0), "kept_as": "z" if self.store_z else "images"}
 
-    def _planned_student_samples(self) -> int:
-        """Student samples over the whole run: each round replays every row released so far (rows), or a fixed number."""
+    def _student_samples(self, rows_released: int) -> int:
+        """Student samples in one round: a fixed number (sources), or every row released so far, each epoch (rows)."""
         cfg = self.cfg
-        if cfg.student_data == "sources":
-            return cfg.student_samples * cfg.releases
-        return cfg.student_epochs * cfg.batch_size * cfg.releases * (cfg.releases + 1) // 2
+        return cfg.student_samples if cfg.student_data == "sources" else cfg.student_epochs * rows_released
+
+    def _planned_student_samples(self) -> int:
+        """Student samples over the whole run: round r follows r releases of B rows."""
+        return sum(self._student_samples(r * self.cfg.batch_size) for r in range(1, self.cfg.releases + 1))
 
     def _student_items(self) -> int:
-        if self.cfg.student_data == "sources":
-            return self.cfg.student_samples
-        return self.cfg.student_epochs * sum(len(b) for b in self.buffer_x)
+        return self._student_samples(sum(len(b) for b in self.buffer_x))
 
     def run(self, on_round: Optional[Callable[[RoundInfo], None]] = None, on_progress: Optional[Callable[[dict], None]] = None) -> None:
         self.on_progress = on_progress
