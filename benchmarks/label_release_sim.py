@@ -163,11 +163,12 @@ def _rr_with_image_prior(src, released, y, n1, K, e, kmax, rr_release, info):
     """Stage 2: each view's prior is its source image's class frequencies among the stage-1 labels, debiased for RR
     and shrunk towards the overall mix (mixup views, with no single source, get the overall mix); k chosen per row as
     argmax_k (prior mass of the top k)·e/(e + k − 1)."""
+    from dpconvert.mechanisms.source_targets import SourceTargets
+
     q, p_keep = 1 / (e + K - 1), e / (e + K - 1)
-    first = src[:n1] >= 0
-    counts = torch.zeros(int(src.max()) + 1, K)
-    counts.index_put_((src[:n1][first], released[:n1][first]), torch.ones(int(first.sum())), accumulate=True)
-    total = counts.sum(1, keepdim=True)
+    labels = SourceTargets(int(src.max()) + 1, K)  # per image: counts of each released stage-1 label (mixup views skipped)
+    labels.add(src[:n1], F.one_hot(released[:n1], K))
+    counts, total = labels.sums.float(), labels.counts[:, None].float()
     overall = ((counts.sum(0) / counts.sum() - q) / (p_keep - q)).clamp_min(0.01)
     overall /= overall.sum()
     prior = ((counts / total.clamp_min(1) - q) / (p_keep - q)).clamp_min(0)
