@@ -19,11 +19,11 @@ from typing import Callable, Optional
 from .options import DEFAULT_DELTA, RunOptions, resolve_device
 
 
-def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optional[float] = None, delta: float = DEFAULT_DELTA,
+def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optional[float] = None, delta: Optional[float] = None,
             noise_multiplier: Optional[float] = None, seed: int = 0, device: str = "cpu", student: Optional[str] = None,
             eval_data: Optional[str] = None, private_data: Optional[str] = None, public_data: Optional[str] = None,
             pixel_range: Optional[float] = None, seeded_noise: bool = False, sign_key: Optional[str] = None,
-            loader=None, command: Optional[str] = None, on_plan: Optional[Callable[[dict], None]] = None,
+            allow_large_delta: bool = False, class_names: Optional[list[str]] = None, loader=None, command: Optional[str] = None, on_plan: Optional[Callable[[dict], None]] = None,
             on_progress: Optional[Callable[[dict], None]] = None, **method_options):
     """Convert ``teacher`` into a DP student at ``out`` (ONNX) with its privacy card; returns a ``ConvertResult``.
 
@@ -46,8 +46,9 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
     world, device = init_from_env(resolve_device(device))
     if not world.is_main:  # one progress display and one plan table: rank 0's
         on_plan = on_progress = None
-    run = RunOptions(method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, seed=seed, device=device, student=student,
-                     eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range,
+    run = RunOptions(method=method, eps=eps, delta=delta, allow_large_delta=allow_large_delta, noise_multiplier=noise_multiplier, seed=seed,
+                     device=device, student=student,
+                     eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range, class_names=class_names,
                      seeded_noise=seeded_noise, sign_key=None if sign_key is None else str(sign_key), command=command)
     loader = LoadOptions(device=device) if loader is None else dataclasses.replace(loader, device=device)
     try:
@@ -59,7 +60,7 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
     return result
 
 
-def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: float = DEFAULT_DELTA, n: Optional[int] = None,
+def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[float] = None, n: Optional[int] = None,
          releases: int = 1, batch_size: int = 256, noise_multiplier: Optional[float] = None, k: Optional[int] = None,
          sampling_rate: Optional[float] = None, sigma1: Optional[float] = None, threshold: Optional[float] = None,
          sigma2: Optional[float] = None, num_classes: int = 10, queries: int = 1000, answered: Optional[int] = None,
@@ -74,9 +75,12 @@ def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: float = D
     from .accounting.planning import plan_dpdfd, plan_pknn
     from .errors import DpconvertError
     from .methods.pknn import PknnOptions
+    from .options import units_delta
 
     if method == "dpdfd":
+        delta = units_delta(releases * batch_size) if delta is None else delta
         return plan_dpdfd(eps=eps, delta=delta, steps=releases, batch_size=batch_size, noise_multiplier=noise_multiplier, n=n)
+    delta = DEFAULT_DELTA if delta is None else delta
     if method == "pknn":
         o = PknnOptions(**{k_: v for k_, v in dict(k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold, sigma2=sigma2).items()
                            if v is not None})

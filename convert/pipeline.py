@@ -67,12 +67,15 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
     with Profile() as profile:
         with phase("load teacher"):
             teacher = load_teacher(teacher_source, load_options or LoadOptions(device=run.device))
+        if run.class_names is not None and len(run.class_names) != teacher.spec.num_classes:
+            raise DpconvertError(f"`class_names` lists {len(run.class_names)} classes but the teacher has {teacher.spec.num_classes}; "
+                                 "list every class in label order")
         eval_ds = None
         if run.eval_data:
             from dpconvert.io.data import load_data
 
             with phase("load data"):
-                eval_ds = load_data(run.eval_data, teacher.spec, require_labels=True, pixel_range=run.pixel_range)
+                eval_ds = load_data(run.eval_data, teacher.spec, require_labels=True, **run.data_format())
         relay_plan = (lambda plan: on_plan({**plan, "method_choice": reason})) if on_plan else None
         result = method.run(run, opts, teacher, relay_plan, on_progress)
         if not world.is_main:
@@ -99,6 +102,8 @@ def _signing_key(path: Optional[str]):
 
 def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: MethodOutput, utility, reason: str, signing_key=None, profile=None,
                    world=None):
+    from dpconvert.accounting.statements import (DELTA_CEILING, LARGE_DELTA_PREFIX, PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1,
+                                                  WEAK_PARITY_PREFIX)
     from dpconvert.io.export import OPSET, export_onnx, parity
     from dpconvert.zoo_cards import PrivacyCard, model_sha256
     from dpconvert.zoo_cards.onnx_meta import SHA256_METHOD, write_model_with_card
@@ -108,12 +113,16 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
 
     student = r.student.cpu().to(memory_format=torch.contiguous_format).eval()
     warnings = list(teacher.warnings) + list(r.warnings)
+    delta = r.guarantee["delta"]
+    if delta > DELTA_CEILING:  # only with `allow_large_delta`; the audit fails it unless its policy admits this δ
+        warnings.append(f"{LARGE_DELTA_PREFIX} {DELTA_CEILING:g}: δ = {delta:g} (allowed by --allow-large-delta); the guarantee may fail "
+                        "outright with this probability")
     with phase("export"):
         proto = export_onnx(student, spec.shape)
     with phase("parity", items=len(r.probe)):
         par = parity(student, proto, r.probe.cpu())
-    if par.max_abs_diff > 1e-3 or par.top1_agreement < 0.99:
-        warnings.append(f"ONNX parity is weak: max |Δ| = {par.max_abs_diff:.2e}, top-1 agreement {par.top1_agreement:.3f}")
+    if par.max_abs_diff > PARITY_MAX_ABS_DIFF or par.top1_agreement < PARITY_MIN_TOP1:
+        warnings.append(f"{WEAK_PARITY_PREFIX}: max |Δ| = {par.max_abs_diff:.2e}, top-1 agreement {par.top1_agreement:.3f}")
     card = PrivacyCard({
         "schema_version": "1.0",
         "dpconvert_version": __version__,
@@ -123,7 +132,7 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
         "model": {
             "file": out.name, "sha256": model_sha256(proto), "sha256_method": SHA256_METHOD, "format": "onnx", "opset": OPSET,
             "input_shape": [None, *spec.shape], "mean": list(spec.mean), "std": list(spec.std), "num_classes": spec.num_classes,
-            "class_names": None, "num_params": int(sum(p.numel() for p in student.parameters())), "architecture": r.student_name,
+            "class_names": list(run.class_names) if run.class_names else None, "num_params": int(sum(p.numel() for p in student.parameters())), "architecture": r.student_name,
         },
         "teacher": {"source": teacher_source, "kind": teacher.kind, "sha256": teacher.sha256, "architecture": teacher.arch, "trained_with_dp": None},
         "guarantee": r.guarantee,

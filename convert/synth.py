@@ -2,23 +2,26 @@
 
 The DP-critic GAN (``methods/dpgan.py``) is trained on the private records at the whole ε; its samples —
 class-balanced labels chosen by us, images in pixel space [0, 255] — are the release, so the card's guarantee is
-the critic's (record-level, add/remove), by post-processing. The card has the same guarantee / accounting /
-mechanism blocks as a model card, so ``check_card`` recomputes it; a ``data`` block replaces the model block.
+the critic's (record-level, add/remove), by post-processing. The card is a data card (``zoo_cards/schemas/
+data-card-1.0.json``): the same guarantee / accounting / mechanism blocks as a model card, a ``data`` block (the
+file's sha256) instead of the model block, so ``dpconvert audit`` and ``card sign`` treat it like a model. It
+carries no timing: the run read private data, and its duration grows with the private set.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import io
-import json
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Optional
 
 from .errors import DpconvertError
 from .options import DEFAULT_DELTA, RunOptions
+from .version import __version__
+from .zoo_cards.card import DATA_CARD_FORMAT, SCHEMA_VERSION
 
-DATA_CARD_FORMAT = "dpconvert-data-card/1"
+DATA_SHA256_METHOD = "sha256 of the .npz file's bytes"
 ACCOUNTING_NOTE = {
     "embedding": "one Gaussian release of the class-conditional mean embedding (sensitivity 1 under add/remove), PLD (reported) and RDP",
     "dpsgd": "Poisson-subsampled Gaussian critic steps (DP-SGD, sensitivity C under add/remove), PLD (reported) and RDP",
@@ -26,32 +29,42 @@ ACCOUNTING_NOTE = {
 
 
 def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int, int], num_classes: int, eps: float = 1.0,
-               delta: float = DEFAULT_DELTA, samples: int = 10000, seed: int = 0, seeded_noise: bool = False,
+               delta: float = DEFAULT_DELTA, allow_large_delta: bool = False, samples: int = 10000, seed: int = 0, seeded_noise: bool = False,
                pixel_range: Optional[float] = None, grid: Optional[str | Path] = None, gan=None, command: Optional[str] = None,
-               on_progress: Optional[Callable[[dict], None]] = None) -> dict:
+               sign_key: Optional[str | Path] = None, class_names: Optional[list[str]] = None, on_progress: Optional[Callable[[dict], None]] = None):
     """Train the DP-critic GAN on ``private_data`` at (ε, δ), write ``out`` (.npz: x uint8 N×C×H×W, y) and
-    ``out.card.json`` (and ``grid``, a PNG of samples) all or nothing; return the card."""
+    ``out.card.json`` (signed with ``sign_key`` if given; and ``grid``, a PNG of samples) all or nothing; return the
+    card (a ``PrivacyCard`` of kind ``data``)."""
     import numpy as np
     import torch
 
     from .accounting import DpganAccountant, library_versions
+    from .accounting.statements import COVERS_DATA, DELTA_CEILING, LARGE_DELTA_PREFIX, NOT_COVERED_DATA, SEEDED_WARNING
     from .generators.saved import sample_labelled
     from .io.atomic import AtomicOutputs
     import hashlib
 
     from .io.spec import InputSpec
     from .methods.dpgan import CRITICS, GanOptions, train_dpgan
+    from .zoo_cards import CARD_SUFFIX_JSON, PrivacyCard
 
     out = Path(out)
     if out.suffix != ".npz":
         raise DpconvertError(f"`out` must end in .npz, got {out.name!r}")
     if samples < 1:
         raise DpconvertError("`samples` must be >= 1")
-    run = RunOptions(eps=eps, delta=delta, private_data=private_data, seed=seed, seeded_noise=seeded_noise, pixel_range=pixel_range)
+    signing_key = None
+    if sign_key is not None:  # an unreadable key fails now, before the private data is read
+        from .zoo_cards.signing import load_private_key
+
+        signing_key = load_private_key(sign_key)
+    run = RunOptions(eps=eps, delta=delta, allow_large_delta=allow_large_delta, private_data=private_data, seed=seed, seeded_noise=seeded_noise,
+                     pixel_range=pixel_range, class_names=class_names)
+    if class_names is not None and len(class_names) != num_classes:
+        raise DpconvertError(f"`class_names` lists {len(class_names)} classes but `num_classes` is {num_classes}; list every class in label order")
     spec = InputSpec(*input_size, num_classes, mean=(0.0,) * input_size[0], std=(1.0,) * input_size[0])  # generator output = pixels
     gan_opts = gan or GanOptions()
     CRITICS.get(gan_opts.critic)  # an unknown critic fails here, before the data is read
-    t0 = time.perf_counter()
     result = train_dpgan(run, gan_opts, spec, eps, delta, on_progress)
     x, labels = sample_labelled(result.generator, samples, num_classes, torch.Generator().manual_seed(seed))  # each image's class
     pixels = (x.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
@@ -59,24 +72,32 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
     np.savez_compressed(buf, x=pixels, y=labels.numpy())
     accountant = DpganAccountant().load_state_dict(result.accountant_state)
     eps_all = accountant.epsilons(delta=delta)
-    card = {
+    card = PrivacyCard({
+        "schema_version": SCHEMA_VERSION,
         "format": DATA_CARD_FORMAT,
+        "dpconvert_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "seed": seed,
+        "data": {"file": out.name, "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "sha256_method": DATA_SHA256_METHOD,
+                 "samples": samples, "shape": list(input_size), "num_classes": num_classes,
+                 "pixels": "uint8, 0..255", "labels": "class-balanced, chosen by the generator's user (public)"},
         "guarantee": {"epsilon": eps_all["epsilon"], "delta": delta, "scope": "record", "adjacency": accountant.adjacency,
-                      "record_level_epsilon": eps_all["epsilon"],
-                      "covers": ["the synthetic data set in this file and its sample grid", "any later use of them (post-processing)"],
-                      "not_covered": ["the declared size, class count and sample count (public choices)",
-                                      "hyper-parameter choices tuned on private data, if any were"]},
+                      "record_level_epsilon": eps_all["epsilon"], "covers": list(COVERS_DATA), "not_covered": list(NOT_COVERED_DATA)},
         "accounting": {"accountant": accountant.name, "epsilons": {k: v for k, v in eps_all.items() if k != "epsilon"}, "libraries": library_versions(),
                        "calibrated": True, "target_epsilon": eps, "state": accountant.state_dict(),
                        "note": ACCOUNTING_NOTE[gan_opts.critic]},
         "mechanism": {"method": "dp-critic-gan", **result.mechanism, "config": {**asdict(gan_opts), "seed": seed}},
-        "data": {"file": out.name, "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "samples": samples, "shape": list(input_size), "num_classes": num_classes,
-                 "pixels": "uint8, 0..255", "labels": "class-balanced, chosen by the generator's user (public)"},
-        "run": {"command": command, "seconds": round(time.perf_counter() - t0, 1)},
-    }
+        "warnings": ([SEEDED_WARNING] if seeded_noise else []) + ([f"{LARGE_DELTA_PREFIX} {DELTA_CEILING:g}: δ = {delta:g} (allowed by "
+                                                                   "--allow-large-delta)"] if delta > DELTA_CEILING else []),
+    }).validate("generated data card")
+    if sign_key is not None:
+        from .zoo_cards.signing import sign_card
+
+        card = sign_card(card, signing_key)
     with AtomicOutputs() as outputs:
         outputs.write(out, buf.getvalue())
-        outputs.write(out.with_name(out.name + ".card.json"), json.dumps(card, indent=1, ensure_ascii=False) + "\n")
+        outputs.write(out.with_name(out.name + CARD_SUFFIX_JSON), card.to_json())
         if grid:
             outputs.write(grid, sample_grid(pixels, labels.numpy(), num_classes))
     return card
@@ -98,10 +119,3 @@ def sample_grid(pixels, labels, num_classes: int, per_class: int = 10) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(grid.permute(1, 2, 0).numpy()).save(buf, format="PNG")
     return buf.getvalue()
-
-
-def check_data_card(card: dict):
-    """(recomputed, problems) of a data card: the same checks as a model card's privacy blocks."""
-    from .auditing.card_checks import check_card
-
-    return check_card({k: v for k, v in card.items() if k not in ("data", "format", "run")})

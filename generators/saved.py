@@ -53,7 +53,6 @@ def generator_bytes(generator: torch.nn.Module, name: str, spec, cost: Generator
 
     tensors = {k: v.detach().cpu().contiguous() for k, v in generator.state_dict().items()}
     meta = {
-        "weights_sha256": weights_sha256(tensors),
         "format": FORMAT,
         "generator": name,
         "nz": str(generator.nz),
@@ -62,11 +61,25 @@ def generator_bytes(generator: torch.nn.Module, name: str, spec, cost: Generator
                             "mean": list(spec.mean), "std": list(spec.std)}),
         "cost": json.dumps(asdict(cost)),
     }
+    meta["sha256"] = content_sha256(tensors, meta)
     return save(tensors, metadata=meta)
 
 
+def content_sha256(tensors: dict, meta: dict) -> str:
+    """sha256 over the weights and every metadata entry (how to rebuild the generator and what it cost): editing the
+    recorded cost, e.g. "200 releases at σ = 2" into "1 release at σ = 50", changes it as much as editing a weight.
+    (A hash anyone can recompute catches edits, not forgers: the composed card carries the events and is signed.)"""
+    h = hashlib.sha256(CONTENT_CONTEXT)
+    h.update(weights_sha256(tensors).encode())
+    h.update(json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True, separators=(",", ":")).encode())
+    return h.hexdigest()
+
+
+CONTENT_CONTEXT = b"dpconvert-generator-content/1\n"
+
+
 def weights_sha256(tensors: dict) -> str:
-    """sha256 over the tensors (name, dtype, shape, bytes, in name order): binds the cost in the metadata to these weights."""
+    """sha256 over the tensors (name, dtype, shape, bytes, in name order)."""
     h = hashlib.sha256()
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous()
@@ -84,7 +97,7 @@ def load_saved_generator(path: str | Path) -> SavedGenerator:
 
     path = Path(path)
     if not path.is_file():
-        raise DpconvertError(f"{path}: no such generator file; save one with `dpconvert … --generator dafl --save-generator {path.name}`")
+        raise DpconvertError(f"{path}: no such generator file; save one with `generator` dafl and `save_generator` {path.name}")
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
@@ -92,10 +105,10 @@ def load_saved_generator(path: str | Path) -> SavedGenerator:
     except (SafetensorError, OSError, ValueError) as e:
         raise DpconvertError(f"{path}: not a safetensors generator file ({str(e).splitlines()[0]})") from None
     if meta.get("format") != FORMAT:
-        raise DpconvertError(f"{path}: not a dpconvert generator (format {meta.get('format')!r}, expected {FORMAT!r}); save it with --save-generator")
-    if meta.get("weights_sha256") != weights_sha256(tensors):
-        raise DpconvertError(f"{path}: the weights do not match the hash saved with their cost (changed after saving, or saved by an "
-                             "older dpconvert); save the generator again with --save-generator")
+        raise DpconvertError(f"{path}: not a dpconvert generator (format {meta.get('format')!r}, expected {FORMAT!r}); save it with `save_generator`")
+    if meta.get("sha256") != content_sha256(tensors, meta):
+        raise DpconvertError(f"{path}: the weights or the recorded cost do not match the hash saved with them (changed after saving, "
+                             "or saved by an older dpconvert); save the generator again with `save_generator`")
     try:
         spec = InputSpec(**json.loads(meta["spec"]))
         cost = GeneratorCost(**json.loads(meta["cost"]))

@@ -165,7 +165,7 @@ def test_markdown_summary_and_pre_commit_hook(cli, zoo, tmp_path):
     summary = tmp_path / "summary.md"
     code, _, _ = cli("audit", zoo / "good", zoo / "tampered.onnx", "--markdown", summary)
     text = summary.read_text()
-    assert code == 1 and "### dpconvert audit: 2/3 pass" in text and "| student0.onnx | ✅ pass |" in text and "❌ FAIL" in text
+    assert code == 1 and "### dpconvert audit: 2/3 pass" in text and "student0.onnx` | ✅ pass |" in text and "❌ FAIL" in text
     hooks = yaml.safe_load((Path(__file__).parents[1] / ".pre-commit-hooks.yaml").read_text())
     assert hooks[0]["id"] == "dpconvert-audit" and hooks[0]["entry"] == "dpconvert audit"
 

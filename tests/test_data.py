@@ -51,7 +51,9 @@ def test_image_folder(tmp_path):
     for c in ("cat", "dog"):
         (tmp_path / c).mkdir()
         Image.fromarray(np.full((8, 8), 255 if c == "dog" else 0, np.uint8)).save(tmp_path / c / "a.png")
-    ds = load_data(str(tmp_path), InputSpec(1, 8, 8, 2))
+    with pytest.raises(DpconvertError, match="class_names"):  # named folders: the class list is declared, never sorted from the folders
+        load_data(str(tmp_path), InputSpec(1, 8, 8, 2))
+    ds = load_data(str(tmp_path), InputSpec(1, 8, 8, 2), class_names=["cat", "dog"])
     assert ds.y.tolist() == [0, 1] and ds.x[1].min() == 1.0
 
 

@@ -112,7 +112,7 @@ def test_pknn_on_dpgan_queries_end_to_end(tmp_path, cli):
 def test_synth_writes_data_card_and_grid(tmp_path, cli):
     from PIL import Image
 
-    from dpconvert.synth import check_data_card
+    from dpconvert.auditing.card_checks import check_card as check_data_card
 
     out = tmp_path / "synthetic.npz"
     code, _, err = cli("synth", "--private-data", "builtin:digits:train", "--out", out, "--input-size", "1,8,8", "--num-classes", "10",

@@ -29,8 +29,11 @@ PKNN_FAST = ["--private-data", "builtin:digits:train", "--k", "40", "--sampling-
 def test_crafted_cards_fail_naming_the_field(name):
     """Genuine cards pass every consistency check; each forged one fails with a problem naming the forged field."""
     data = json.loads((CRAFTED / name).read_text())
-    PrivacyCard(data).validate(name)
-    _, problems = check_card(data)
+    try:
+        PrivacyCard(data).validate(name)
+        _, problems = check_card(data)
+    except DpconvertError as e:  # a wrong type is a schema failure, which names the field too
+        problems = [(str(e).split(" at ", 1)[1].split(":", 1)[0], str(e))]
     field = EXPECTED[name]
     if field is None:
         assert problems == [], problems
@@ -147,7 +150,8 @@ def test_private_set_size_and_data_dependent_checks_stay_off_the_card(tmp_path, 
     np.savez(tmp_path / "private.npz", x=x, y=y)
     out = tmp_path / "s.onnx"
     code, _, err = cli("builtin:digits", "--private-data", tmp_path / "private.npz", "--public-data", "builtin:digits", "--k", "200",
-                       "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "1", "--queries", "200", "--eps", "8", "--delta", "1e-2", "--out", out)
+                       "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "1", "--queries", "200", "--eps", "8", "--delta", "1e-2",
+                       "--allow-large-delta", "--out", out)
     assert code == 0, err  # k=200 > γn/2 ≈ 92 and a missing class: console notes, no abort
     text = (tmp_path / "s.onnx.card.json").read_text()
     assert "613" not in text and "private_records" not in text and "1/n" not in text
@@ -226,6 +230,17 @@ def test_saved_generator_is_bound_to_its_weights_and_teacher(saved_gen, tmp_path
     code, _, err = cli("builtin:digits", "--method", "pknn", "--query-generator", tmp_path / "edited.safetensors", "--eps", "8", *PKNN_FAST,
                        "--out", tmp_path / "e.onnx")
     assert code == 1 and "do not match the hash" in err
+    # the recorded cost cut after saving (the weights untouched): "2 releases at σ" → "1 release at 10σ"
+    with safe_open(str(saved_gen), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    cost = json.loads(meta["cost"])
+    event = cost["accountant_state"]["events"][0]
+    event["count"], event["params"]["sigma"] = 1, event["params"]["sigma"] * 10
+    cost["mechanism"].update(releases=1, sigma=event["params"]["sigma"])
+    save_file(tensors, str(tmp_path / "cheaper.safetensors"), metadata={**meta, "cost": json.dumps(cost)})
+    code, _, err = cli("builtin:digits", "--method", "pknn", "--query-generator", tmp_path / "cheaper.safetensors", "--eps", "8", *PKNN_FAST,
+                       "--out", tmp_path / "c.onnx")
+    assert code == 1 and "recorded cost" in err and not (tmp_path / "c.onnx").exists()
     # another teacher (same input shape): the generator's cost covered the other teacher's answers only
     other = create_digits_shaped_teacher(tmp_path)
     code, _, err = cli(other, "--arch", "datalens_cnn", "--num-classes", "10", "--input-size", "1,8,8", "--method", "pknn",
@@ -248,10 +263,11 @@ def create_digits_shaped_teacher(tmp_path: Path) -> Path:
 
 # ------------------------------------------------------------------ δ against the number of protected answers
 def test_large_delta_for_the_number_of_answers_is_warned(tmp_path, cli):
-    code, _, err = cli("builtin:digits", "--eps", "1", "--delta", "1e-3", *FAST, "--out", tmp_path / "s.onnx")
+    code, _, err = cli("builtin:digits", "--eps", "1", "--delta", "1e-4", "--steps", "1", "--batch-size", "20000", "--epochs", "1",
+                       "--out", tmp_path / "s.onnx")
     assert code == 0, err
     warnings = json.loads((tmp_path / "s.onnx.card.json").read_text())["warnings"]
-    assert any("1/(B·T) = 1/3000" in w and "--delta 0.0001" in w for w in warnings), warnings
+    assert any("1/(B·T) = 1/20000" in w and "--delta 1e-05" in w for w in warnings), warnings
 
 
 # ------------------------------------------------------------------ public-image queries: the per-image ε
@@ -318,7 +334,8 @@ def test_hugging_face_model_card(dpdfd_model, tmp_path, cli):
     assert cli("card", "export", dpdfd_model, "--format", "pdf", "--out", tmp_path / "x.md")[0] == 1
     # with evaluation data, the accuracy goes into model-index, labelled as outside the guarantee
     assert cli("builtin:digits", "--eps", "1", *FAST, "--eval-data", "builtin:digits", "--out", tmp_path / "e.onnx")[0] == 0
-    assert cli("card", "export", tmp_path / "e.onnx.card.json", "--out", readme)[0] == 0
+    assert cli("card", "export", tmp_path / "e.onnx.card.json", "--out", readme)[0] == 1  # never overwritten silently
+    assert cli("card", "export", tmp_path / "e.onnx.card.json", "--out", readme, "--force")[0] == 0
     front = yaml.safe_load(readme.read_text().split("---\n")[1])
     metric = front["model-index"][0]["results"][0]["metrics"][0]
     assert metric["type"] == "accuracy" and 0 < metric["value"] <= 1 and "not covered" in metric["name"]
@@ -351,6 +368,8 @@ def test_audit_reads_a_hub_layout_folder(dpdfd_model, tmp_path, cli):
 def test_timings_that_scale_with_the_private_set_stay_off_the_card(tmp_path, cli):
     code, outp, err = cli("builtin:digits", *PKNN_FAST, "--public-data", "builtin:digits", "--eps", "8", "--profile", "--out", tmp_path / "s.onnx")
     assert code == 0, err
-    assert "time per phase" in outp  # the operator sees them
+    assert "time per phase" not in outp and "--show-timings" in outp  # console logs are often public too
+    code, outp, err = cli("builtin:digits", *PKNN_FAST, "--public-data", "builtin:digits", "--eps", "8", "--show-timings", "--out", tmp_path / "t.onnx")
+    assert code == 0 and "time per phase" in outp  # the operator sees them when asking
     run = json.loads((tmp_path / "s.onnx.card.json").read_text())["run"]
     assert "phase_seconds" not in run and "items_per_second" not in run and "not recorded" in run["timings"]

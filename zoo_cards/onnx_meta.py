@@ -32,11 +32,23 @@ def embed_card(proto, card: PrivacyCard) -> None:
         entry.key, entry.value = k, v
 
 
-def extract_card(proto, source: str = "model") -> Optional[PrivacyCard]:
+def duplicate_metadata_keys(proto) -> list[str]:
+    """Keys that occur more than once in ``metadata_props``. ONNX forbids them (``onnx.checker`` says so) and readers
+    disagree on which copy counts (onnxruntime keeps the last), so a model with any is refused, never read."""
+    seen, dup = set(), []
     for p in proto.metadata_props:
-        if p.key == METADATA_KEY:
-            return PrivacyCard.from_json(p.value, f"{source} (embedded card)")
-    return None
+        if p.key in seen and p.key not in dup:
+            dup.append(p.key)
+        seen.add(p.key)
+    return dup
+
+
+def extract_card(proto, source: str = "model") -> Optional[PrivacyCard]:
+    entries = [p.value for p in proto.metadata_props if p.key == METADATA_KEY]
+    if len(entries) > 1:
+        raise DpconvertError(f"{source}: the ONNX metadata holds {len(entries)} `{METADATA_KEY}` entries (ONNX allows one per key, and "
+                             "tools disagree on which one they show); the model was tampered with: export it again from its source")
+    return PrivacyCard.from_json(entries[0], f"{source} (embedded card)") if entries else None
 
 
 def load_onnx(path: str):
@@ -44,6 +56,8 @@ def load_onnx(path: str):
 
     try:
         return onnx.load(path)
+    except RecursionError:
+        raise DpconvertError(f"{path}: not a readable ONNX model (nested too deeply)") from None
     except Exception as e:
         raise DpconvertError(f"{path}: not a readable ONNX model ({str(e).splitlines()[0][:160]})") from None
 

@@ -36,7 +36,9 @@ def canonical_json(data: dict) -> bytes:
 
 
 def signed_message(data: dict) -> bytes:
-    return CONTEXT + str(data["model"]["sha256"]).encode() + b"\n" + canonical_json(data)
+    """The bytes a signature covers; the hash named first is the model's (model cards) or the data file's (data cards)."""
+    artifact = data.get("model") if "model" in data else data.get("data")
+    return CONTEXT + str((artifact or {}).get("sha256")).encode() + b"\n" + canonical_json(data)
 
 
 def key_id(public_key) -> str:
@@ -142,30 +144,21 @@ def verify_card(card: PrivacyCard, trusted: Optional[dict]) -> tuple[str, str]:
         return "invalid", f"unsupported signature algorithm {sig.get('algorithm')!r}"
     try:
         trusted[kid].verify(base64.b64decode(sig["value"], validate=True), signed_message(card.data))
-    except (InvalidSignature, KeyError, ValueError, TypeError):
+    except (InvalidSignature, KeyError, ValueError, TypeError, AttributeError):
         return "invalid", f"the signature by key {kid} does not match: the card or the model hash changed after signing"
     return "valid", f"signed by trusted key {kid}"
 
 
 def sign_model(model_path: str | Path, private_key) -> PrivacyCard:
-    """Sign the card of an ONNX model in place: the embedded copy, ``.card.json`` and ``.card.md`` are rewritten together."""
-    from .card import card_paths
-    from .onnx_meta import extract_card, load_onnx, model_sha256, write_model_with_card
+    """Sign the card of an ONNX model (the embedded copy, ``.card.json`` and ``.card.md`` are rewritten together) or
+    of a synthetic data set (``data.npz``: its ``.card.json``)."""
+    from .read import read_card_copies
 
     model_path = Path(model_path)
-    if model_path.suffix.lower() != ".onnx" or not model_path.is_file():
-        raise DpconvertError(f"{model_path}: give an .onnx model written by dpconvert (its card is signed with it)")
-    proto = load_onnx(str(model_path))
-    embedded = extract_card(proto, model_path.name)
-    sidecar_path = card_paths(model_path)[0]
-    sidecar = PrivacyCard.read(sidecar_path) if sidecar_path.exists() else None
-    card = embedded or sidecar
-    if card is None:
-        raise DpconvertError(f"{model_path}: no privacy card to sign")
-    if embedded and sidecar and embedded.data != sidecar.data:
-        raise DpconvertError(f"{model_path}: the sidecar and the embedded card differ; sign only a model whose card copies agree")
-    if card.model_sha256 != model_sha256(proto):
-        raise DpconvertError(f"{model_path}: the weights do not match the card's model hash; refusing to sign")
+    copies = read_card_copies(model_path)
+    card = copies.the_card()
+    if card.model_sha256 != copies.artifact_sha256():
+        raise DpconvertError(f"{model_path}: the {'data' if card.kind == 'data' else 'weights'} do not match the card's hash; refusing to sign")
     signed = sign_card(card, private_key)
-    write_model_with_card(str(model_path), proto, signed)
+    copies.rewrite(signed)
     return signed

@@ -1,19 +1,20 @@
 """``dpconvert audit``: verify privacy cards, recompute ε, enforce a policy.
 
-For every model found (a file, its card, or a directory scanned recursively):
-card present (sidecar and/or embedded) → schema valid → copies agree → model
-hash matches → every privacy-relevant field checked against the card's own
-accountant events (``card_checks``: ε, record-level ε, scope and adjacency
-derived from the accountant, mechanism block, config, counts) → the noise was
-secret (unless the policy allows seeded noise) → signature (``--trusted-keys``,
-``--require-signature``) → policy → the ONNX model runs in onnxruntime on a
-dummy batch of the card's input shape. No torch.
+For every model or data set found (a file, its card, or a directory scanned recursively): the ONNX file obeys
+ONNX's rules (one value per metadata key) → card present (sidecar and/or embedded) → schema valid (every field
+typed, numbers finite) → every copy people or tools read is the checked card or rendered from it (sidecar,
+embedded, ``.card.md``, a Hub README) → model or data hash matches → every privacy-relevant field checked against
+the card's own accountant events (``card_checks``: ε, record-level ε, scope and adjacency derived from the
+accountant, mechanism block, config, counts, cross-checks, coverage, required warnings) → the noise was secret
+(unless the policy allows seeded noise) → signature → policy (δ at most the ceiling unless ``max_delta`` says
+otherwise) → the ONNX model runs in onnxruntime on a dummy batch. No torch. Nothing here raises on a malformed
+input: every problem is a failed check with a one-line reason.
 """
 
 from __future__ import annotations
 
+import math
 import os
-
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -21,14 +22,13 @@ from typing import Optional
 from dpconvert.auditing.card_checks import as_float as _as_float
 from dpconvert.auditing.card_checks import check_card, noise_blocks
 from dpconvert.errors import DpconvertError
-
-MODEL_SUFFIXES = (".onnx", ".pt", ".pt2", ".safetensors")
+from dpconvert.zoo_cards.read import DATA_SUFFIXES, MODEL_SUFFIXES
 
 
 @dataclass
 class Policy:
     max_eps: Optional[float] = None
-    max_delta: Optional[float] = None
+    max_delta: Optional[float] = None  # None: the documented ceiling (accounting/statements.py: DELTA_CEILING)
     require_scope: Optional[str] = None
     max_record_eps: Optional[float] = None
     min_accuracy: Optional[float] = None
@@ -40,14 +40,24 @@ class Policy:
 
     def __post_init__(self) -> None:
         if self.require_scope not in (None, "query", "record"):
-            raise DpconvertError(f"--require-scope must be query or record, got {self.require_scope!r}")
+            raise DpconvertError(f"`require_scope` must be query or record, got {self.require_scope!r}")
+        for name in ("max_eps", "max_delta", "max_record_eps", "min_accuracy", "max_per_image_eps"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise DpconvertError(f"`{name}` must be a finite number ≥ 0, got {v!r}")
         if self.require_signature and self.trusted_keys is None:
-            raise DpconvertError("--require-signature needs --trusted-keys DIR (the public keys whose signatures you accept)")
+            raise DpconvertError("`require_signature` needs `trusted_keys` DIR (the public keys whose signatures you accept)")
         self.trusted = None
         if self.trusted_keys is not None:
             from dpconvert.zoo_cards.signing import load_trusted_keys
 
             self.trusted = load_trusted_keys(self.trusted_keys)
+
+    @property
+    def delta_limit(self) -> float:
+        from dpconvert.accounting.statements import DELTA_CEILING
+
+        return DELTA_CEILING if self.max_delta is None else self.max_delta
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "trusted"}
@@ -70,6 +80,7 @@ class ModelAudit:
     scope: Optional[str] = None
     record_level_epsilon: Optional[float] = None
     checks: list[Check] = field(default_factory=list)
+    kind: Optional[str] = None  # "model" or "data" (a synthetic data set's card)
     accuracy: Optional[float] = None  # the card's utility block (empirical, not DP-covered)
     membership: Optional[dict] = None  # target → the best attack of the card's membership-inference audit (empirical)
 
@@ -91,26 +102,28 @@ class ModelAudit:
 
 
 def discover(paths: list[str]) -> list[Path]:
-    """Model files (and cards whose model is missing) under the given paths."""
+    """Models and data sets (and cards whose file is missing) under the given paths. In a folder, a data set (.npz) is
+    a release only when its card sits beside it; other .npz files are data, not releases."""
     from dpconvert.zoo_cards import CARD_SUFFIX_JSON
+    from dpconvert.zoo_cards.read import artifact_of
 
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if not p.exists():
-            raise DpconvertError(f"{raw}: no such file or directory; give model files, cards or a zoo directory")
+            raise DpconvertError(f"{raw}: no such file or directory; give model files, data sets, cards or a zoo directory")
         if p.is_dir():
-            models = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in MODEL_SUFFIXES)
-            cards = sorted(f for f in p.rglob(f"*{CARD_SUFFIX_JSON}") if f.is_file())
-            found += models
-            found += [c for c in cards if not _model_of_card(c).exists()]  # orphan cards are reported too
+            files = sorted(f for f in p.rglob("*") if f.is_file())
+            found += [f for f in files if f.suffix.lower() in MODEL_SUFFIXES]
+            found += [f for f in files if f.suffix.lower() in DATA_SUFFIXES and f.with_name(f.name + CARD_SUFFIX_JSON).is_file()]
+            found += [c for c in files if c.name.endswith(CARD_SUFFIX_JSON) and not artifact_of(c).exists()]  # orphan cards are reported too
         elif p.name.endswith(CARD_SUFFIX_JSON):
-            model = _model_of_card(p)
+            model = artifact_of(p)
             found.append(model if model.exists() else p)
-        elif p.suffix.lower() in MODEL_SUFFIXES:
+        elif p.suffix.lower() in MODEL_SUFFIXES + DATA_SUFFIXES:
             found.append(p)
         else:
-            raise DpconvertError(f"{raw}: not a model ({', '.join(MODEL_SUFFIXES)}) or a *{CARD_SUFFIX_JSON} card")
+            raise DpconvertError(f"{raw}: not a model ({', '.join(MODEL_SUFFIXES)}), a data set (.npz) or a *{CARD_SUFFIX_JSON} card")
     seen, unique = set(), []
     for f in found:
         if f.resolve() not in seen:
@@ -119,59 +132,57 @@ def discover(paths: list[str]) -> list[Path]:
     return unique
 
 
-def _model_of_card(card: Path) -> Path:
-    from dpconvert.zoo_cards import CARD_SUFFIX_JSON
-
-    return card.with_name(card.name[: -len(CARD_SUFFIX_JSON)])
-
-
 def audit_model(path: Path, policy: Policy, run_model: bool = True) -> ModelAudit:
-    from dpconvert.zoo_cards import PrivacyCard, card_paths, extract_card
-    from dpconvert.zoo_cards.onnx_meta import load_onnx
-
+    """Every check on one model or data set. Never raises: an auditor reads files written by anyone, so anything
+    that goes wrong becomes a failed check with a one-line reason (and the other models of a zoo are still audited)."""
     a = ModelAudit(str(path))
-    is_card_only = path.name.endswith(".card.json")
-    model_path = _model_of_card(path) if is_card_only else path
-    sidecar_path, _ = card_paths(model_path)
-    sidecar = embedded = proto = None
-    if is_card_only:
-        a.add("model file", False, f"{model_path.name} not found next to the card")
-    is_onnx = model_path.suffix.lower() == ".onnx" and model_path.exists()
-    if is_onnx:
-        try:
-            proto = load_onnx(str(model_path))
-        except DpconvertError as e:
-            a.add("model readable", False, str(e))
     try:
-        if sidecar_path.exists():
-            sidecar = PrivacyCard.read(sidecar_path)
-            a.card = str(sidecar_path)
-        if proto is not None:
-            embedded = extract_card(proto, model_path.name)
-            a.card = a.card or f"{model_path.name} (embedded)"
-        readme = _hub_readme_card(model_path)
-        a.card = a.card or (f"{model_path.parent / 'README.md'} (model card)" if readme else None)
+        _audit_into(a, Path(path), policy, run_model)
     except DpconvertError as e:
-        a.add("card valid", False, str(e))
-        return a
-    copies = {name: c for name, c in (("sidecar", sidecar), ("embedded", embedded), ("README.md", readme)) if c is not None}
-    if not copies:
+        a.add("card valid", False, _one_line(str(e)))
+    except (Exception, RecursionError) as e:  # noqa: BLE001 — a malformed input must never end the audit of a zoo
+        a.add("audit", False, f"could not be audited: {type(e).__name__}: {_one_line(str(e))}")
+    return a
+
+
+def _one_line(message: str) -> str:
+    line = " ".join(str(message).split())
+    return line if len(line) <= 300 else line[:297] + "…"
+
+
+def _audit_into(a: ModelAudit, path: Path, policy: Policy, run_model: bool) -> None:
+    from dpconvert.zoo_cards.read import artifact_of, read_card_copies
+
+    artifact = artifact_of(path)
+    if not artifact.exists():
+        a.add("model file", False, f"{artifact.name} not found next to the card")
+    try:
+        copies = read_card_copies(path)
+    except DpconvertError as e:
+        a.add("card valid", False, _one_line(str(e)))
+        return
+    if copies.proto is not None:
+        _check_onnx_file(a, copies.proto)
+    if not copies.cards:
         a.add("card present", policy.allow_missing, "no privacy card: no DP guarantee" + (" (allowed by --allow-missing)" if policy.allow_missing else ""))
-        return a
-    card = next(iter(copies.values()))
-    a.add("card present", True, " + ".join(copies))
-    a.add("card valid", True, f"schema {card.data['schema_version']}")
-    if len(copies) > 1:
-        agree = all(c.data == card.data for c in copies.values())
-        a.add("copies agree", agree, "" if agree else f"the copies ({', '.join(copies)}) differ")
+        return
+    card = next(iter(copies.cards.values()))
+    a.card = str(artifact.with_name(artifact.name + ".card.json")) if "sidecar" in copies.cards else f"{artifact.name} ({next(iter(copies.cards))})"
+    a.kind = card.kind
+    a.add("card present", True, " + ".join(copies.cards))
+    a.add("card valid", True, f"{card.kind} card, schema {card.data['schema_version']}")
+    for name, ok, detail in copies.problems(card):
+        a.add(name, ok, detail)
     g = card.data["guarantee"]
     a.epsilon, a.delta, a.scope = _as_float(g["epsilon"]), float(g["delta"]), g["scope"]
     a.accuracy, a.membership = _empirical(card.data)
     a.record_level_epsilon = _as_float(g["record_level_epsilon"])
 
-    if model_path.exists():
-        actual = _hash(model_path, proto, card.data["model"])
-        a.add("model hash", actual == card.model_sha256, "" if actual == card.model_sha256 else "weights/graph differ from the card (sha256 mismatch)")
+    actual = copies.artifact_sha256()
+    if actual is not None:
+        what = "data" if card.kind == "data" else "weights/graph"
+        a.add("data hash" if card.kind == "data" else "model hash", actual == card.model_sha256,
+              "" if actual == card.model_sha256 else f"{what} differ from the card (sha256 mismatch)")
     true, problems = check_card(card.data)
     if true:
         a.recomputed_epsilon = true["epsilon"]
@@ -191,19 +202,23 @@ def audit_model(path: Path, policy: Policy, run_model: bool = True) -> ModelAudi
         a.add("canary bound ≤ ε", lb <= a.epsilon, f"empirical lower bound {lb:.4g}" if lb <= a.epsilon else
               f"canary audit lower bound {lb:.4g} exceeds the card's ε={a.epsilon:.4g}")
     _apply_policy(a, card.data, policy)
-    if run_model and proto is not None:
-        _check_runs(a, model_path, card.data["model"]["input_shape"])
-    return a
+    if run_model and copies.proto is not None:
+        _check_runs(a, artifact, card.data["model"]["input_shape"])
 
 
-def _hash(model_path: Path, proto, model_block: dict) -> str:
-    from dpconvert.zoo_cards import model_sha256
+def _check_onnx_file(a: ModelAudit, proto) -> None:
+    """ONNX's own rules (one value per metadata key among them): a file other tools would read differently fails."""
+    import onnx
 
-    from dpconvert.io.hashing import file_sha256
+    from dpconvert.zoo_cards.onnx_meta import duplicate_metadata_keys
 
-    if proto is not None:
-        return model_sha256(proto)
-    return file_sha256(model_path)
+    dup = duplicate_metadata_keys(proto)
+    a.add("ONNX metadata", not dup, "" if not dup else f"duplicate metadata key(s) {', '.join(map(repr, dup))}: readers disagree on which value counts")
+    try:
+        onnx.checker.check_model(proto)
+        a.add("ONNX checker", True)
+    except Exception as e:  # noqa: BLE001 — onnx raises several types
+        a.add("ONNX checker", False, _one_line(str(e).splitlines()[0] if str(e) else type(e).__name__))
 
 
 def _check_signature(a: ModelAudit, card, p: Policy) -> None:
@@ -223,8 +238,9 @@ def _apply_policy(a: ModelAudit, data: dict, p: Policy) -> None:
     rec = a.record_level_epsilon  # the larger of the card's and the recomputed one
     if p.max_eps is not None:
         a.add("policy max ε", eps <= p.max_eps, f"ε={eps:.4g} > {p.max_eps:g}" if eps > p.max_eps else "")
-    if p.max_delta is not None:
-        a.add("policy max δ", a.delta <= p.max_delta, f"δ={a.delta:g} > {p.max_delta:g}" if a.delta > p.max_delta else "")
+    limit = p.delta_limit
+    a.add("policy max δ", a.delta <= limit, "" if a.delta <= limit else f"δ={a.delta:g} > {limit:g}" +
+          (" (the default ceiling; --max-delta admits a larger δ)" if p.max_delta is None else ""))
     if p.require_scope is not None:
         a.add("policy scope", a.scope == p.require_scope, f"scope is {a.scope!r}, policy requires {p.require_scope!r}" if a.scope != p.require_scope else "")
     if p.max_record_eps is not None:
@@ -243,7 +259,9 @@ def _apply_policy(a: ModelAudit, data: dict, p: Policy) -> None:
         else:
             ok = _as_float(v) <= p.max_per_image_eps
             a.add("policy max per-image ε", ok, "" if ok else f"per-image ε={_as_float(v):.4g} > {p.max_per_image_eps:g}")
-    if p.min_accuracy is not None:
+    if p.min_accuracy is not None and a.kind == "data":
+        a.add("policy min accuracy", True, "not applicable to a data set")
+    elif p.min_accuracy is not None:
         acc = (data.get("utility") or {}).get("student_accuracy")
         ok = acc is not None and acc >= p.min_accuracy
         a.add("policy min accuracy", ok, "" if ok else ("no accuracy on the card" if acc is None else f"accuracy {acc:.4f} < {p.min_accuracy:g}"))
@@ -258,23 +276,8 @@ def _check_runs(a: ModelAudit, model_path: Path, input_shape: list) -> None:
         shape = [2 if d is None else int(d) for d in input_shape]
         out = sess.run(None, {sess.get_inputs()[0].name: np.zeros(shape, np.float32)})[0]
         a.add("runs in onnxruntime", out.shape[0] == shape[0], f"output {list(out.shape)}")
-    except Exception as e:
-        a.add("runs in onnxruntime", False, str(e).splitlines()[0][:160])
-
-
-def _hub_readme_card(model_path: Path):
-    """The card in a Hugging Face-style README.md beside the model (``card export --format hf``), when it names this
-    model file or the folder holds no other model; None otherwise."""
-    from dpconvert.zoo_cards.hf import card_from_model_card
-
-    readme = model_path.parent / "README.md"
-    if not readme.is_file():
-        return None
-    card = card_from_model_card(readme.read_text(encoding="utf-8", errors="replace"), str(readme))
-    if card is None:
-        return None
-    others = [f for f in model_path.parent.iterdir() if f.suffix.lower() in MODEL_SUFFIXES and f != model_path]
-    return card if card.data["model"]["file"] == model_path.name or not others else None
+    except Exception as e:  # noqa: BLE001 — onnxruntime raises its own types
+        a.add("runs in onnxruntime", False, _one_line(str(e).splitlines()[0] if str(e) else type(e).__name__))
 
 
 def _empirical(data: dict) -> tuple[Optional[float], Optional[dict]]:
@@ -284,7 +287,8 @@ def _empirical(data: dict) -> tuple[Optional[float], Optional[dict]]:
     best = {}
     for target, attacks in results.items() if isinstance(results, dict) else ():
         rows = list(attacks.values()) if isinstance(attacks, dict) else list(attacks or [])  # {attack: metrics} as `--write-card` stores it
-        rows = [r for r in rows if isinstance(r, dict) and isinstance(r.get("tpr_at_0.1%_fpr"), (int, float))]
+        rows = [r for r in rows if isinstance(r, dict) and all(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)
+                                                               for k in ("tpr_at_0.1%_fpr", "tpr_at_1%_fpr", "auc"))]
         if rows:
             best[target] = max(rows, key=lambda r: r["tpr_at_0.1%_fpr"])
     return (float(accuracy) if isinstance(accuracy, (int, float)) else None), (best or None)
@@ -293,7 +297,8 @@ def _empirical(data: dict) -> tuple[Optional[float], Optional[dict]]:
 def audit(paths: list[str], policy: Policy) -> list[ModelAudit]:
     models = discover(paths)
     if not models:
-        raise DpconvertError(f"no models found under {', '.join(paths)} (looked for {', '.join(MODEL_SUFFIXES)} and *.card.json)")
+        raise DpconvertError(f"no models found under {', '.join(paths)} (looked for {', '.join(MODEL_SUFFIXES)}, data sets with a card, "
+                             "and *.card.json)")
     if len(models) < PARALLEL_FROM or (os.cpu_count() or 1) < 2:
         return [audit_model(m, policy) for m in models]
     # Replaying a DP-SGD or GAN card's PLD takes about a second: a zoo is audited on every core (order kept)

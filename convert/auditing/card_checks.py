@@ -13,6 +13,9 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from dpconvert.accounting.statements import (COVERS, NO_NOISE_WARNING, NOT_COVERED, NOT_COVERED_DATA, NOT_COVERED_PUBLIC_IMAGES,
+                                              PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1, SEEDED_WARNING, WEAK_PARITY_PREFIX)
+from dpconvert.accounting.statements import DELTA_CEILING, LARGE_DELTA_PREFIX
 from dpconvert.registry import Registry
 
 REL_TOL = 1e-9
@@ -82,9 +85,13 @@ def _claims_at_least(p: Problems, claimed, true: float, where: str) -> None:
             f"card says {c:.6g} but the accountant events give {true:.6g}")
 
 
-def _same(p: Problems, block: dict, key: str, value, where: str) -> None:
-    """``block[key]`` (when present) equals ``value``."""
-    if key not in block or block[key] is None:
+def _same(p: Problems, block: dict, key: str, value, where: str, *, nullable: bool = False) -> None:
+    """``block[key]`` (when present) equals ``value``. A null is a claim too: only settings that mean "calibrate"
+    (``nullable``) may be null; anywhere else a null would hide the number a reader relies on."""
+    if key not in block:
+        return
+    if block[key] is None:
+        p.check(nullable, f"{where}.{key}", f"null, but the accountant events say {value!r}")
         return
     try:
         ok = math.isclose(float(block[key]), float(value), rel_tol=REL_TOL)
@@ -121,13 +128,74 @@ def check_card(data: dict) -> tuple[dict, Problems]:
     if acct.get("calibrated") and acct.get("target_epsilon") is not None:
         p.check(true["epsilon"] <= as_float(acct["target_epsilon"]) * (1 + REL_TOL), "accounting.target_epsilon",
                 f"the events give ε={true['epsilon']:.6g}, above the calibration target {acct['target_epsilon']}")
+    _check_cross_check(p, accountant, acct.get("cross_check"), float(data["guarantee"]["delta"]))
     CHECKS.get(accountant.name)(p, accountant, data)
     _check_noise_claims(p, data)
+    _check_statements(p, accountant, data)
+    _check_warnings(p, accountant, data)
+    _check_teacher(p, data)
     return {**true, "scope": accountant.scope}, p
 
 
+def _check_cross_check(p: Problems, accountant, claimed, delta: float) -> None:
+    """The cross-checks the Markdown card shows are bounds a reader may quote: recomputed like the others."""
+    if not claimed:
+        return
+    if not p.check(hasattr(accountant, "cross_check"), "accounting.cross_check", f"the {accountant.name!r} accountant computes no cross-check"):
+        return
+    try:
+        true = accountant.cross_check(delta=delta)
+    except (ArithmeticError, ValueError, TypeError) as e:  # e.g. a negative σ, already named by the event checks
+        p.append(("accounting.cross_check", f"cannot be recomputed from the events ({str(e).splitlines()[0][:120]})"))
+        return
+    for k in sorted(claimed):
+        if p.check(k in true, f"accounting.cross_check.{k}", "not a cross-check this accountant computes"):
+            _claims_at_least(p, claimed[k], true[k], f"accounting.cross_check.{k}")
+
+
+def _check_statements(p: Problems, accountant, data: dict) -> None:
+    """What the guarantee covers is what these events cover (never widened), and every standing caveat is kept."""
+    g = data.get("guarantee") or {}
+    is_data = "data" in data and "model" not in data
+    p.check(g.get("covers") in COVERS.get(accountant.name, []), "guarantee.covers",
+            f"not what {accountant.name!r} events cover (edited): expected {' or '.join(map(repr, COVERS.get(accountant.name, [])))}")
+    required = list(NOT_COVERED_DATA if is_data else NOT_COVERED)
+    if (data.get("mechanism") or {}).get("public_images") is not None:
+        required.append(NOT_COVERED_PUBLIC_IMAGES)
+    kept = g.get("not_covered") if isinstance(g.get("not_covered"), list) else []
+    missing = [s for s in required if s not in kept]
+    p.check(not missing, "guarantee.not_covered", f"drops {missing[0]!r}" if missing else "")
+
+
+def _check_warnings(p: Problems, accountant, data: dict) -> None:
+    """Warnings that facts on the card require must be on it (a reader of the Markdown card sees only the warnings)."""
+    warnings = data.get("warnings") if isinstance(data.get("warnings"), list) else []
+    m = data.get("mechanism") or {}
+
+    def need(condition: bool, prefix: str, why: str) -> None:
+        if condition:
+            p.check(any(isinstance(w, str) and w.startswith(prefix) for w in warnings), "warnings", f"missing the warning that {why}")
+
+    need(m.get("noise_secret") is False, SEEDED_WARNING[:60], "the noise was seeded (not secret)")
+    need(any(e.params.get("sigma") == 0 for e in accountant.events if e.mechanism == "normalised_gaussian_release") and accountant.name == "dpdfd",
+         NO_NOISE_WARNING[:40], "the noise multiplier is 0 (not private)")
+    parity = ((data.get("export") or {}).get("parity") or {})
+    weak = isinstance(parity.get("max_abs_diff"), (int, float)) and isinstance(parity.get("top1_agreement"), (int, float)) and (
+        parity["max_abs_diff"] > PARITY_MAX_ABS_DIFF or parity["top1_agreement"] < PARITY_MIN_TOP1)
+    need(weak, WEAK_PARITY_PREFIX, "the ONNX export disagrees with the trained student")
+    delta = (data.get("guarantee") or {}).get("delta")
+    need(isinstance(delta, (int, float)) and delta > DELTA_CEILING, LARGE_DELTA_PREFIX, f"δ is above the ceiling {DELTA_CEILING:g}")
+
+
+def _check_teacher(p: Problems, data: dict) -> None:
+    teacher = data.get("teacher")
+    if isinstance(teacher, dict):
+        p.check(teacher.get("trained_with_dp") is None, "teacher.trained_with_dp",
+                "set, but the card carries no verified guarantee of the teacher (dpconvert records it only from a verified teacher card)")
+
+
 def _check_events(p: Problems, accountant, data: dict) -> None:
-    num_classes = (data.get("model") or {}).get("num_classes")
+    num_classes = (data.get("model") or data.get("data") or {}).get("num_classes")
     for i, e in enumerate(accountant.events):
         where = f"accounting.state.events[{i}]"
         p.check(isinstance(e.count, int) and e.count >= 1, f"{where}.count", f"must be a positive integer, got {e.count!r}")
@@ -208,8 +276,8 @@ def _check_pknn_block(p: Problems, m: dict, events: list) -> None:
     cfg = m.get("config")
     if isinstance(cfg, dict):
         for key in ("k", "sampling_rate", "sigma1", "threshold", "sigma2"):
-            if cfg.get(key) is not None and key in m:
-                _same(p, cfg, key, m[key], "mechanism.config")
+            if key in m:
+                _same(p, cfg, key, m[key], "mechanism.config", nullable=key in ("threshold", "sigma2"))  # null: calibrated
         if cfg.get("threshold") is None and cfg.get("threshold_ratio") is not None and "k" in m and "threshold" in m:
             _same(p, {"threshold": cfg["threshold_ratio"] * cfg.get("k", m["k"])}, "threshold", m["threshold"], "mechanism.config.threshold_ratio·k")
 
@@ -258,8 +326,8 @@ def _check_dpsgd(p: Problems, accountant, data: dict) -> None:
     cfg = m.get("config")
     if isinstance(cfg, dict):
         for key in ("sigma", "clip", "sampling_rate", "count_sigma"):
-            if cfg.get(key) is not None and key in m:
-                _same(p, cfg, key, m[key], "mechanism.config")
+            if key in m:
+                _same(p, cfg, key, m[key], "mechanism.config", nullable=key == "sigma")  # null: calibrated
         if isinstance(cfg.get("epochs"), int) and isinstance(cfg.get("sampling_rate"), (int, float)) and cfg["sampling_rate"] > 0:
             p.check(m.get("steps") == cfg["epochs"] * int(1 / cfg["sampling_rate"]), "mechanism.config.epochs",
                     "epochs·⌊1/q⌋ differs from the steps the events hold")

@@ -21,6 +21,7 @@ from dpconvert.methods.adlm import AdlmOptions
 from dpconvert.methods.dpdfd import DpdfdOptions
 from dpconvert.methods.dpsgd import DpsgdOptions
 from dpconvert.methods.pknn import PknnOptions
+from dpconvert.accounting.statements import DELTA_CEILING
 from dpconvert.options import DEFAULT_DELTA, DEFAULT_EPS
 from dpconvert.version import __version__
 
@@ -53,6 +54,7 @@ Std = Annotated[Optional[str], typer.Option("--std", help="Per-channel input std
 Weights = Annotated[Optional[Path], typer.Option("--weights", help="Local weights file for timm:NAME (works offline).", rich_help_panel=TEACHER)]
 TrustPickle = Annotated[bool, typer.Option("--trust-pickle", help="Allow unpickling a whole nn.Module. Unpickling runs code from the file: only for files you trust.", rich_help_panel=TEACHER)]
 Device = Annotated[str, typer.Option("--device", help="cpu, cuda or auto.", rich_help_panel=TEACHER)]
+ClassNames = Annotated[Optional[str], typer.Option("--class-names", help="The class list in label order, comma-separated or a file with one name per line: needed for ImageFolders whose class folders have names (cat, dog) instead of 0..K-1. Public by your statement; on the card.", rich_help_panel="Data")]
 
 # Library parameter → CLI flag, where the flag is not the parameter with dashes.
 FLAG_OF = {"releases": "--steps", "method_options": "the method's options", "out": "--out"}
@@ -75,6 +77,12 @@ def _load_options(arch, num_classes, in_chans, input_size, mean, std, weights, t
     return LoadOptions(arch=arch, num_classes=num_classes, in_chans=in_chans, input_size=parse_size(input_size) if input_size else None,
                        mean=parse_floats(mean, "--mean") if mean else None, std=parse_floats(std, "--std") if std else None,
                        weights=str(weights) if weights else None, trust_pickle=trust_pickle, device=resolve_device(device))
+
+
+def _class_names(value: Optional[str]):
+    from dpconvert.io.data import parse_class_names
+
+    return None if value is None else parse_class_names(value)
 
 
 def _given(**values) -> dict:
@@ -130,7 +138,7 @@ def inspect(
 def plan(
     method: Annotated[str, typer.Option("--method", help="dpdfd, pknn or dpsgd.")] = "dpdfd",
     eps: Annotated[Optional[float], typer.Option("--eps", help="Target ε (calibrates the noise).")] = None,
-    delta: Annotated[float, typer.Option("--delta", help="Target δ.")] = DEFAULT_DELTA,
+    delta: Annotated[Optional[float], typer.Option("--delta", help=f"Target δ (default: DPDFD ≤ 1/(B·T), the protected answers; else {DEFAULT_DELTA:g}).")] = None,
     n: Annotated[Optional[int], typer.Option("--n", help="Private set size, if known (checks δ ≤ 1/n).")] = None,
     steps: Annotated[int, typer.Option("--steps", "--releases", help="DPDFD: number of noisy releases T.")] = 720,
     batch_size: Annotated[int, typer.Option("--batch-size", help="DPDFD: rows per release B (only the record-level bound depends on it).")] = 256,
@@ -169,11 +177,13 @@ def convert(
     teacher: Annotated[str, typer.Argument(help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:digits.")],
     out_path: Annotated[Path, typer.Option("--out", "-o", help="Output student, an .onnx file; the card goes to OUT.card.json / OUT.card.md.", rich_help_panel=OUTPUT)] = Path("student.onnx"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON at the end instead of the summary table.", rich_help_panel=OUTPUT)] = False,
-    profile: Annotated[bool, typer.Option("--profile", help="Add throughput (teacher queries/s, student samples/s, …) to the summary; the time per phase is always shown and on the card's run block.", rich_help_panel=OUTPUT)] = False,
+    profile: Annotated[bool, typer.Option("--profile", help="Add throughput (teacher queries/s, student samples/s, …) to the summary; the time per phase is shown and on the card's run block unless private data was read.", rich_help_panel=OUTPUT)] = False,
+    show_timings: Annotated[bool, typer.Option("--show-timings", help="With private data, show the time per phase and the elapsed time anyway: they grow with the private set's size, so keep such output out of public logs. Never written to the card.", rich_help_panel=OUTPUT)] = False,
     sign_key: Annotated[Optional[Path], typer.Option("--sign-key", help="Sign the card with this Ed25519 private key (dpconvert card keygen); audit --trusted-keys checks it.", rich_help_panel=OUTPUT)] = None,
     method: Annotated[str, typer.Option("--method", help="dpdfd (data-free, query-level), pknn, dpsgd or adlm (record-level, need --private-data) or auto.", rich_help_panel=PRIVACY)] = "auto",
     eps: Annotated[Optional[float], typer.Option("--eps", help=f"Target ε; the noise is calibrated to it (default {DEFAULT_EPS:g} unless --noise-multiplier).", rich_help_panel=PRIVACY)] = None,
-    delta: Annotated[float, typer.Option("--delta", help="Target δ.", rich_help_panel=PRIVACY)] = DEFAULT_DELTA,
+    delta: Annotated[Optional[float], typer.Option("--delta", help=f"Target δ (default: DPDFD ≤ 1/(B·T), one over the protected teacher answers; other methods {DEFAULT_DELTA:g}). At most {DELTA_CEILING:g} unless --allow-large-delta.", rich_help_panel=PRIVACY)] = None,
+    allow_large_delta: Annotated[bool, typer.Option("--allow-large-delta", help=f"Accept a δ above {DELTA_CEILING:g} (the card warns; audit fails it unless --max-delta admits it).", rich_help_panel=PRIVACY)] = False,
     noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="DPDFD: use this σ instead of calibrating; ε is computed and printed.", rich_help_panel=PRIVACY)] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for everything but the DP noise (queries, student, training order); the noise is secret unless --seeded-noise.", rich_help_panel=PRIVACY)] = 0,
     seeded_noise: Annotated[bool, typer.Option("--seeded-noise", help="For tests and benchmarks only: draw the DP noise and subsamples from --seed (reproducible, NOT secret: anyone with the card can regenerate the noise; the card says so and audit fails it unless --allow-seeded-noise).", rich_help_panel=PRIVACY)] = False,
@@ -182,6 +192,7 @@ def convert(
     private_data: Annotated[Optional[str], typer.Option("--private-data", help="The labelled private training data (any reader): record-level methods.", rich_help_panel=DATA)] = None,
     public_data: Annotated[Optional[str], typer.Option("--public-data", help="Unlabelled public images used as queries (Private-kNN: labelled by the private data; DPDFD: replaces the data-free prior, marked on the card).", rich_help_panel=DATA)] = None,
     pixel_range: Annotated[Optional[float], typer.Option("--pixel-range", help="Maximum pixel value of data stored as float or wide integers (e.g. 255); default: uint8 is 0..255, float must be in [0, 1]. Never inferred from the data.", rich_help_panel=DATA)] = None,
+    class_names: ClassNames = None,
     steps: Annotated[Optional[int], typer.Option("--steps", "--releases", help=f"Noisy releases T (ε depends on σ and T only; default {D.releases}).", rich_help_panel=DPDFD)] = None,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Rows per release B (default from the input size; free for the query-level ε).", rich_help_panel=DPDFD)] = None,
     clip: Annotated[Optional[float], typer.Option("--clip", help=f"Row norm C of the normalised output gradients (default {D.clip:g}); DP-SGD: per-example gradient norm bound (default {S.clip:g}).", rich_help_panel=DPDFD)] = None,
@@ -237,12 +248,13 @@ def convert(
                             query_generator=query_generator, generator_eps=generator_eps, lr=lr, momentum=momentum, sigma=sigma,
                             count_sigma=count_sigma, relevance_share=relevance_share, relevance_power=relevance_power, pool=pool,
                             gan_critic=gan_critic, gan_steps=gan_steps, gan_sampling_rate=gan_sampling_rate, gan_generator_steps=gan_generator_steps)
-    reporter = ProgressReporter(steps or D.releases, err_console if as_json else out)  # stdout carries only the card under --json
+    show_time = show_timings or private_data is None  # a run on private data shows no durations unless asked (--show-timings)
+    reporter = ProgressReporter(steps or D.releases, err_console if as_json else out, show_time)  # stdout carries only the card under --json
     try:
         result = run_convert(
             teacher, out=out_path, method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, seed=seed, device=device,
             student=student, eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range,
-            seeded_noise=seeded_noise, sign_key=sign_key, command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            seeded_noise=seeded_noise, sign_key=sign_key, allow_large_delta=allow_large_delta, class_names=_class_names(class_names), command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             loader=_load_options(arch, num_classes, in_chans, input_size, mean, std, weights, trust_pickle, device),
             on_plan=reporter.plan, on_progress=reporter.tick, **method_options)
     finally:
@@ -252,7 +264,7 @@ def convert(
     if as_json:
         print(result.card.to_json())
         return
-    print_summary(result, throughput=profile)
+    print_summary(result, throughput=profile, show_timings=show_timings)
 
 
 @app.command()
@@ -262,7 +274,8 @@ def synth(
     input_size: Annotated[str, typer.Option("--input-size", help="Image size C,H,W of the data set (declared: never read from the data).", rich_help_panel=DATA)],
     num_classes: Annotated[int, typer.Option("--num-classes", help="Number of classes (declared: never read from the data).", rich_help_panel=DATA)],
     eps: Annotated[float, typer.Option("--eps", help="Target ε of the whole release (the DP critic's).", rich_help_panel=PRIVACY)] = DEFAULT_EPS,
-    delta: Annotated[float, typer.Option("--delta", help="Target δ.", rich_help_panel=PRIVACY)] = DEFAULT_DELTA,
+    delta: Annotated[float, typer.Option("--delta", help=f"Target δ. At most {DELTA_CEILING:g} unless --allow-large-delta.", rich_help_panel=PRIVACY)] = DEFAULT_DELTA,
+    allow_large_delta: Annotated[bool, typer.Option("--allow-large-delta", help=f"Accept a δ above {DELTA_CEILING:g} (the card warns; audit fails it unless --max-delta admits it).", rich_help_panel=PRIVACY)] = False,
     samples: Annotated[int, typer.Option("--samples", help="Synthetic images to write (class-balanced).", rich_help_panel=OUTPUT)] = 10000,
     grid: Annotated[Optional[Path], typer.Option("--grid", help="Also write a PNG grid of samples, one row per class.", rich_help_panel=OUTPUT)] = None,
     gan_critic: Annotated[str, typer.Option("--gan-critic", help="'embedding' (one noisy kernel mean-embedding release) or 'dpsgd' (a convolutional critic trained with DP-SGD).", rich_help_panel=PRIVACY)] = "embedding",
@@ -272,6 +285,8 @@ def synth(
     seed: Annotated[int, typer.Option("--seed", help="Seed for everything but the DP noise.", rich_help_panel=PRIVACY)] = 0,
     seeded_noise: Annotated[bool, typer.Option("--seeded-noise", help="Tests and benchmarks only: the noise from --seed (NOT secret; the card says so).", rich_help_panel=PRIVACY)] = False,
     pixel_range: Annotated[Optional[float], typer.Option("--pixel-range", help="Maximum pixel value of data stored as float or wide integers.", rich_help_panel=DATA)] = None,
+    class_names: ClassNames = None,
+    sign_key: Annotated[Optional[Path], typer.Option("--sign-key", help="Sign the data card with this Ed25519 private key (dpconvert card keygen); audit --trusted-keys checks it.", rich_help_panel=OUTPUT)] = None,
 ) -> None:
     """Release a DP synthetic data set: a GAN with a DP critic trained on --private-data, its samples and a card."""
     import shlex
@@ -284,12 +299,13 @@ def synth(
         assert len(size) == 3
     except (ValueError, AssertionError):
         raise DpconvertError(f"`input_size` must be C,H,W (e.g. 1,28,28), got {input_size!r}") from None
-    card = synthesize(private_data, out=out_path, input_size=size, num_classes=num_classes, eps=eps, delta=delta, samples=samples, seed=seed,
+    card = synthesize(private_data, out=out_path, input_size=size, num_classes=num_classes, eps=eps, delta=delta, allow_large_delta=allow_large_delta,
+                      samples=samples, seed=seed,
                       seeded_noise=seeded_noise, pixel_range=pixel_range, grid=grid,
                       gan=GanOptions(critic=gan_critic, steps=gan_steps, sampling_rate=gan_sampling_rate, generator_steps=gan_generator_steps),
-                      command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-                      on_progress=lambda i: out.print(f"{i['stage']}: step {i['releases']}/{i['total']}, loss {i['loss']:.3f}"))
-    g = card["guarantee"]
+                      command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]), sign_key=sign_key, class_names=_class_names(class_names),
+                      on_progress=lambda i: out.print(f"{i['stage']}: step {i['releases']}/{i['total']}"))
+    g = card.data["guarantee"]
     out.print(f"wrote {out_path} ({samples} samples) and {out_path}.card.json: ε={g['epsilon']:.4f}, δ={g['delta']:g}, scope {g['scope']}"
               + (f"; sample grid {grid}" if grid else ""))
 
@@ -307,7 +323,7 @@ MIA = "Membership inference (empirical)"
 def audit(
     paths: Annotated[list[str], typer.Argument(help="Model files, *.card.json cards, or directories (zoos) scanned recursively.")],
     max_eps: Annotated[Optional[float], typer.Option("--max-eps", help="Fail models whose ε exceeds this.", rich_help_panel="Policy")] = None,
-    max_delta: Annotated[Optional[float], typer.Option("--max-delta", help="Fail models whose δ exceeds this.", rich_help_panel="Policy")] = None,
+    max_delta: Annotated[Optional[float], typer.Option("--max-delta", help=f"Fail models whose δ exceeds this (default: the ceiling {DELTA_CEILING:g}).", rich_help_panel="Policy")] = None,
     require_scope: Annotated[Optional[str], typer.Option("--require-scope", help="Require this scope: record or query.", rich_help_panel="Policy")] = None,
     max_record_eps: Annotated[Optional[float], typer.Option("--max-record-eps", help="Fail models whose record-level ε exceeds this.", rich_help_panel="Policy")] = None,
     min_accuracy: Annotated[Optional[float], typer.Option("--min-accuracy", help="Fail models whose card reports lower student accuracy.", rich_help_panel="Policy")] = None,
@@ -387,21 +403,14 @@ def _write_reports(results, policy, mia: dict, json_path, markdown_path, html_pa
 # ------------------------------------------------------------------ card show | verify | keygen | sign
 @card_app.command("show")
 def card_show(
-    file: Annotated[Path, typer.Argument(help="A *.card.json or an ONNX model with an embedded card.")],
+    file: Annotated[Path, typer.Argument(help="A model (.onnx), a data set (.npz), a *.card.json or a Hub README.md.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON instead of Markdown.")] = False,
 ) -> None:
-    """Pretty-print a card."""
-    from dpconvert.zoo_cards import PrivacyCard, extract_card, render_markdown
-    from dpconvert.zoo_cards.onnx_meta import load_onnx
+    """Pretty-print a card (it is not verified here: `dpconvert card verify` or `audit` does that)."""
+    from dpconvert.zoo_cards import render_markdown
+    from dpconvert.zoo_cards.read import read_card
 
-    if file.suffix.lower() == ".onnx":
-        if not file.exists():
-            raise DpconvertError(f"{file}: no such file")
-        card = extract_card(load_onnx(str(file)), file.name)
-        if card is None:
-            raise DpconvertError(f"{file}: no embedded privacy card; look for {file.name}.card.json")
-    else:
-        card = PrivacyCard.read(file)
+    card = read_card(file)
     if as_json:
         print(card.to_json())
         return
@@ -412,21 +421,22 @@ def card_show(
 
 @card_app.command("verify")
 def card_verify(
-    file: Annotated[Path, typer.Argument(help="A model file or its *.card.json.")],
+    file: Annotated[Path, typer.Argument(help="A model file, a data set (.npz) or its *.card.json.")],
     max_eps: Annotated[Optional[float], typer.Option("--max-eps", help="Fail if ε exceeds this.")] = None,
+    max_delta: Annotated[Optional[float], typer.Option("--max-delta", help="Fail if δ exceeds this (default: the ceiling, 1e-4).")] = None,
     require_scope: Annotated[Optional[str], typer.Option("--require-scope", help="Require this scope: record or query.")] = None,
     allow_seeded_noise: Annotated[bool, typer.Option("--allow-seeded-noise", help="Let a card with seeded (not secret) noise pass.")] = False,
     trusted_keys: Annotated[Optional[Path], typer.Option("--trusted-keys", help="A folder of *.pub keys whose signatures are accepted.")] = None,
     require_signature: Annotated[bool, typer.Option("--require-signature", help="Fail unless signed by a key in --trusted-keys.")] = False,
 ) -> None:
-    """Run the audit checks on one model or card."""
+    """Run the audit checks on one model or data set, and list every check."""
     from dpconvert.auditing.audit import Policy, audit_model, discover
 
     from .render import print_audit
 
     try:
         (target,) = discover([str(file)])
-        policy = Policy(max_eps=max_eps, require_scope=require_scope, allow_seeded_noise=allow_seeded_noise,
+        policy = Policy(max_eps=max_eps, max_delta=max_delta, require_scope=require_scope, allow_seeded_noise=allow_seeded_noise,
                         trusted_keys=str(trusted_keys) if trusted_keys else None, require_signature=require_signature)
         result = audit_model(target, policy)
     except DpconvertError as e:
@@ -440,25 +450,26 @@ def card_verify(
 
 @card_app.command("export")
 def card_export(
-    file: Annotated[Path, typer.Argument(help="An ONNX model with an embedded card, or a *.card.json.")],
+    file: Annotated[Path, typer.Argument(help="An ONNX model with its card, or a *.card.json.")],
     out_path: Annotated[Path, typer.Option("--out", "-o", help="Where to write the model card (e.g. README.md of a Hub repository).")],
     fmt: Annotated[str, typer.Option("--format", help="hf: a Hugging Face model card (YAML front matter + Markdown).")] = "hf",
-    license: Annotated[str, typer.Option("--license", help="The license tag for the front matter.")] = "other",
+    license: Annotated[str, typer.Option("--license", help="The license identifier for the front matter (e.g. apache-2.0).")] = "other",
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
 ) -> None:
-    """Write a model card for where people look: a Hugging Face README with the privacy section and metrics."""
+    """Write a model card for where people look: a Hugging Face README with the privacy section and metrics.
+    `dpconvert audit` fails a README that was edited afterwards: it is a copy of the card."""
     from dpconvert.io.atomic import AtomicOutputs
-    from dpconvert.zoo_cards import PrivacyCard, extract_card
-    from dpconvert.zoo_cards.hf import render_hf_model_card
-    from dpconvert.zoo_cards.onnx_meta import load_onnx
+    from dpconvert.zoo_cards.hf import check_license, render_hf_model_card
+    from dpconvert.zoo_cards.read import read_card
 
     if fmt != "hf":
         raise DpconvertError(f"unknown --format {fmt!r}; choose hf")
-    if file.suffix.lower() == ".onnx":
-        card = extract_card(load_onnx(str(file)), file.name) if file.exists() else None
-        if card is None:
-            raise DpconvertError(f"{file}: no such model or no embedded privacy card")
-    else:
-        card = PrivacyCard.read(file)
+    check_license(license)
+    if out_path.exists() and not force:
+        raise DpconvertError(f"{out_path} exists; give --force to replace it, or another --out")
+    card = read_card(file)
+    if card.kind != "model":
+        raise DpconvertError(f"{file}: a data set's card has no Hugging Face model card; publish the .npz with its .card.json")
     with AtomicOutputs() as o:
         o.write(out_path, render_hf_model_card(card, license=license))
     out.print(f"wrote {out_path}", markup=False)
@@ -475,10 +486,10 @@ def card_keygen(path: Annotated[Path, typer.Argument(help="Where to write the pr
 
 @card_app.command("sign")
 def card_sign(
-    model: Annotated[Path, typer.Argument(help="An .onnx model written by dpconvert.")],
+    model: Annotated[Path, typer.Argument(help="An .onnx model written by dpconvert, or a data set (.npz) written by dpconvert synth.")],
     key: Annotated[Path, typer.Option("--key", help="The Ed25519 private key (dpconvert card keygen).")],
 ) -> None:
-    """Sign a model's card: the embedded copy, OUT.card.json and OUT.card.md are rewritten together."""
+    """Sign a card: every copy (the embedded one, OUT.card.json, OUT.card.md, a Hub README beside it) is rewritten together."""
     from dpconvert.zoo_cards.signing import load_private_key, sign_model
 
     signed = sign_model(model, load_private_key(key))

@@ -42,8 +42,9 @@ def print_plan(result: dict, to=None) -> None:
 class ProgressReporter:
     """Rich progress bar on a TTY, one plain line per unit of work otherwise."""
 
-    def __init__(self, releases: int, console=None) -> None:
+    def __init__(self, releases: int, console=None, show_time: bool = True) -> None:
         self.releases = releases
+        self.show_time = show_time  # False when the run reads private data: its duration grows with the private set
         self.console = console or out  # stderr under --json, so stdout carries the card only
         self.total = None
         self.progress = None
@@ -65,8 +66,8 @@ class ProgressReporter:
         if is_tty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self.progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                                     TimeElapsedColumn(), console=self.console, transient=False)
+            columns = [TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}")]
+            self.progress = Progress(*columns, *([TimeElapsedColumn()] if self.show_time else []), console=self.console, transient=False)
             self.progress.start()
             self.task = self.progress.add_task("", total=self.total)
 
@@ -82,7 +83,8 @@ class ProgressReporter:
                 self.console.print(f"{getattr(self, 'label', 'steps')}: {info['step']}/{info['steps']}")
             return
         if info["kind"] == "round":
-            line = f"round {info['round']}: {info['answered']}/{info['asked']} queries answered, ε spent {info['epsilon']:.3f}, {info['seconds']:.0f} s"
+            line = f"round {info['round']}: {info['answered']}/{info['asked']} queries answered, ε spent {info['epsilon']:.3f}" + (
+                f", {info['seconds']:.0f} s" if self.show_time else "")
             if self.progress is not None:  # unanswered queries need no argmax pass
                 self.progress.update(self.task, advance=info["asked"] - info["answered"], description=line)
             else:
@@ -123,10 +125,15 @@ def _duration(seconds: float) -> str:
     return f"≈ {seconds / 3600:.1f} h"
 
 
-def print_summary(result, throughput: bool = False) -> None:
+TIMINGS_HIDDEN = ("hidden: this run read private data, and how long each phase took grows with the private set's size "
+                  "(CI logs are often public); --show-timings shows them")
+
+
+def print_summary(result, throughput: bool = False, show_timings: bool = False) -> None:
     from rich.table import Table
 
     d = result.card.data
+    private = "timings" in (d.get("run") or {})  # the card's run block records no timing when private data was read
     g = d["guarantee"]
     t = Table(title="dpconvert summary", show_header=False)
     rows = [
@@ -135,10 +142,13 @@ def print_summary(result, throughput: bool = False) -> None:
         ("ε, δ (scope)", f"{g['epsilon'] if isinstance(g['epsilon'], str) else round(g['epsilon'], 4)}, {g['delta']:g} ({g['scope']})"),
         ("record-level worst case ε", str(g["record_level_epsilon"] if isinstance(g["record_level_epsilon"], str) else round(g["record_level_epsilon"], 2))),
         ("ONNX parity", f"max |Δ| {d['export']['parity']['max_abs_diff']:.1e}, top-1 agreement {d['export']['parity']['top1_agreement']:.3f}"),
-        ("time", f"{result.seconds:.1f} s, peak memory {result.profile['peak_rss_mib']:,.0f} MiB"),
-        ("time per phase", ", ".join(f"{k} {v:.1f} s" for k, v in result.profile["phase_seconds"].items())),
     ]
-    if throughput:
+    if private and not show_timings:
+        rows.append(("time", TIMINGS_HIDDEN))
+    else:
+        rows += [("time", f"{result.seconds:.1f} s, peak memory {result.profile['peak_rss_mib']:,.0f} MiB"),
+                 ("time per phase", ", ".join(f"{k} {v:.1f} s" for k, v in result.profile["phase_seconds"].items()))]
+    if throughput and (show_timings or not private):
         rows.append(("throughput", ", ".join(f"{k} {v:,.0f}/s" for k, v in result.profile["items_per_second"].items())))
     u = d.get("utility")
     if u:
@@ -195,16 +205,15 @@ def membership_table(results, members, non_members, teacher, limit, plot, load_o
 
 
 def audit_markdown(results) -> str:
-    """The audit table as Markdown (a CI job summary)."""
-    def cell(v) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
+    """The audit table as Markdown (a CI job summary). Paths and reasons come from files written by anyone: paths are
+    code spans and reasons escaped prose, so no card can put HTML, links or table cells into the summary."""
+    from dpconvert.zoo_cards.markdown import cell, code, text
 
     lines = [f"### dpconvert audit: {sum(r.passed for r in results)}/{len(results)} pass", "",
              "| model | result | ε (card / recomputed) | δ | scope | record-level ε | why |", "|---|---|---|---|---|---|---|"]
     for r in results:
         eps = "—" if r.epsilon is None else f"{r.epsilon:.4g} / " + (f"{r.recomputed_epsilon:.4g}" if r.recomputed_epsilon is not None else "?")
         lines.append("| " + " | ".join(cell(v) for v in (
-            Path(r.path).name, "✅ pass" if r.passed else "❌ FAIL", eps, "—" if r.delta is None else f"{r.delta:g}", r.scope or "—",
-            "—" if r.record_level_epsilon is None else f"{r.record_level_epsilon:.4g}", "; ".join(r.failures()))) + " |")
+            code(r.path), "✅ pass" if r.passed else "❌ FAIL", eps, "—" if r.delta is None else f"{r.delta:g}", text(r.scope or "—"),
+            "—" if r.record_level_epsilon is None else f"{r.record_level_epsilon:.4g}", "; ".join(text(f) for f in r.failures()))) + " |")
     return "\n".join(lines) + "\n\n"
-

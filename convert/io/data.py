@@ -9,7 +9,10 @@ changes no other record's input, so no decision here looks at the whole data
 set: the pixel scale comes from the stored type (uint8 → /255) or a declared
 range (``pixel_range``), never from the data's maximum; each image is resized
 and converted to the model's channels on its own; class indices come from the
-class folder names, not from which folders exist. Data outside the declared
+class folder names, not from which folders exist: folders named 0..K-1 keep
+their number, and named folders (cat, dog) need the class list declared
+(``class_names``), public by the user's statement, so that a record in a new
+folder cannot shift every other record's label. Data outside the declared
 domain (a float pixel outside [0, 1], a label beyond the model's classes) is
 refused with an error before any mechanism runs: the guarantee is stated for
 data sets in that domain.
@@ -58,7 +61,7 @@ class Dataset:
         return int(self.x.shape[0])
 
 
-# A reader claims a source by ``detect(source) -> bool`` and reads it with ``read(source, pixel_range)``.
+# A reader claims a source by ``detect(source) -> bool`` and reads it with ``read(source, pixel_range, class_names)``.
 READERS: Registry[tuple[Callable[[str], bool], Callable[..., RawImages]]] = Registry("data reader")
 
 DIGITS_TEST_FRACTION = 0.25
@@ -86,7 +89,7 @@ def _is_builtin(source: str) -> bool:
     return source.startswith("builtin:")
 
 
-def _read_builtin(source: str, pixel_range: Optional[float] = None) -> RawImages:
+def _read_builtin(source: str, pixel_range: Optional[float] = None, class_names=None) -> RawImages:
     name = source[len("builtin:"):]
     splits = {"digits": "test", "digits:test": "test", "digits:train": "train", "digits:all": "all"}
     if name not in splits:
@@ -101,7 +104,7 @@ def _is_npz(source: str) -> bool:
     return source.endswith(".npz")
 
 
-def _read_npz(source: str, pixel_range: Optional[float] = None) -> RawImages:
+def _read_npz(source: str, pixel_range: Optional[float] = None, class_names=None) -> RawImages:
     path = _existing(source)
     try:
         with np.load(path, allow_pickle=False) as f:
@@ -195,7 +198,7 @@ def _read_idx_array(path: Path) -> np.ndarray:
         raise DpconvertError(f"{path}: not a valid IDX file ({e}); re-download the dataset") from None
 
 
-def _read_idx(source: str, pixel_range: Optional[float] = None) -> RawImages:
+def _read_idx(source: str, pixel_range: Optional[float] = None, class_names=None) -> RawImages:
     """IDX images are uint8 by format: /255 for every record (``pixel_range`` does not apply)."""
     directory, split = _idx_split(source)
     img_name, lbl_name = _IDX_NAMES[split]
@@ -237,17 +240,38 @@ def _image_pixels(f: Path) -> np.ndarray:
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
 
 
-def class_index(folder_names: list[str]) -> dict[str, int]:
-    """Folder name → label. Folders named 0..K-1 keep their number, so a class with no records shifts nothing;
-    other names are sorted, and then the set of folder names is treated as public (the class vocabulary)."""
+def class_index(folder_names: list[str], class_names: Optional[list[str]] = None, source: str = "data") -> dict[str, int]:
+    """Folder name → label. With a declared class list, a folder's label is its position in the list; otherwise
+    folders must be named 0..K-1 and keep their number. Never sorted from the folders that exist: adding one record
+    in a new folder ``ant`` would move cat from 0 to 1 and change every other record."""
+    if class_names is not None:
+        index = {n: i for i, n in enumerate(class_names)}
+        stray = sorted(n for n in folder_names if n not in index)
+        if stray:
+            raise DpconvertError(f"{source}: the class folder {stray[0]!r} is not in the declared `class_names` ({', '.join(class_names[:5])}"
+                                 f"{', …' if len(class_names) > 5 else ''}); add it to the list or move its images")
+        return {n: index[n] for n in folder_names}
     if all(n.isdigit() for n in folder_names):
         return {n: int(n) for n in folder_names}
-    return {n: i for i, n in enumerate(sorted(folder_names))}
+    named = sorted(n for n in folder_names if not n.isdigit())
+    raise DpconvertError(f"{source}: the class folders have names ({', '.join(named[:3])}{', …' if len(named) > 3 else ''}); declare the "
+                         "class list in label order with `class_names` (names or a file with one per line; it is public by your "
+                         "statement), or name the folders 0..K-1")
 
 
-def _read_image_folder(source: str, pixel_range: Optional[float] = None) -> RawImages:
+def parse_class_names(value: str) -> list[str]:
+    """``cat,dog,ant`` or a text file with one class name per line, in label order."""
+    p = Path(value)
+    names = [n.strip() for n in (p.read_text(encoding="utf-8").splitlines() if p.is_file() else value.split(","))]
+    names = [n for n in names if n]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise DpconvertError(f"`class_names` must list at least two distinct names in label order, got {value!r}")
+    return names
+
+
+def _read_image_folder(source: str, pixel_range: Optional[float] = None, class_names: Optional[list[str]] = None) -> RawImages:
     root = Path(source)
-    index = class_index([c.name for c in root.iterdir() if c.is_dir()])
+    index = class_index([c.name for c in root.iterdir() if c.is_dir()], class_names, source)
     images, labels = [], []
     for name in sorted(index, key=lambda n: (index[n], n)):
         for f in sorted((root / name).rglob("*")):
@@ -257,7 +281,7 @@ def _read_image_folder(source: str, pixel_range: Optional[float] = None) -> RawI
     if not images:
         raise DpconvertError(f"{source}: no images found; an ImageFolder has one sub-folder per class with image files inside")
     pixels = np.stack(images) if len({i.shape for i in images}) == 1 else images
-    return RawImages(pixels, np.asarray(labels, dtype=np.int64), f"{root.name} ImageFolder ({len(images)} images, {len(index)} classes)")
+    return RawImages(pixels, np.asarray(labels, dtype=np.int64), f"{root.name} ImageFolder ({len(images)} images)")
 
 
 READERS.register("imagefolder")((_is_image_folder, _read_image_folder))
@@ -270,11 +294,11 @@ def _existing(source: str) -> Path:
     return p
 
 
-def read_raw(source: str, pixel_range: Optional[float] = None) -> RawImages:
+def read_raw(source: str, pixel_range: Optional[float] = None, class_names: Optional[list[str]] = None) -> RawImages:
     for name in READERS:
         detect, read = READERS.get(name)
         if detect(source):
-            return read(source, pixel_range)
+            return read(source, pixel_range, class_names)
     _existing(source)
     raise DpconvertError(
         f"{source}: not a dataset dpconvert can read; give an ImageFolder directory, an .npz with 'x' (and 'y'), "
@@ -333,6 +357,8 @@ def fit_to_spec(raw: RawImages, spec, *, require_labels: bool = False) -> Datase
     return Dataset(out.float(), y, raw.description)
 
 
-def load_data(source: str, spec, *, require_labels: bool = False, pixel_range: Optional[float] = None) -> Dataset:
-    """Read ``source`` and fit it to ``spec``. ``pixel_range``: the maximum pixel value of stored non-uint8 data (e.g. 255)."""
-    return fit_to_spec(read_raw(source, pixel_range), spec, require_labels=require_labels)
+def load_data(source: str, spec, *, require_labels: bool = False, pixel_range: Optional[float] = None,
+              class_names: Optional[list[str]] = None) -> Dataset:
+    """Read ``source`` and fit it to ``spec``. ``pixel_range``: the maximum pixel value of stored non-uint8 data (e.g. 255);
+    ``class_names``: the class list in label order, for ImageFolders with named class folders."""
+    return fit_to_spec(read_raw(source, pixel_range, class_names), spec, require_labels=require_labels)

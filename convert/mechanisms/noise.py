@@ -32,9 +32,7 @@ import struct
 
 import torch
 
-SEEDED_WARNING = ("the DP noise and subsampling were drawn from a stream seeded with --seed (--seeded-noise): anyone who knows the "
-                  "seed can regenerate them and subtract the noise, so this ε holds only against an adversary who does not; "
-                  "convert without --seeded-noise for a release")
+from dpconvert.accounting.statements import SEEDED_WARNING  # noqa: F401  (the card's text; the audit requires it)
 
 SECRET_RNG = ("torch CPU Mersenne Twister (MT19937) whose whole 19 968-bit state was filled from os.urandom; "
               "the state is not recorded anywhere")

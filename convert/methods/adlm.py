@@ -94,7 +94,7 @@ class AdaptiveLaplaceMethod(Method):
                      "rows": [("ε₁ relevance (Laplace, b = 1/ε₁)", f"{eps1:.4g}"), ("ε₂ coefficients (Laplace, b = 1/ε₂)", f"{eps2:.4g}"),
                               ("δ", "0 (pure ε-DP)")], "progress": {"label": "AdLM releases", "total": 2}})
         with phase("load data"):
-            private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
+            private = load_data(run.private_data, spec, require_labels=True, **run.data_format())
         torch.manual_seed(run.seed)
         student = PrototypeStudent(spec, pool=opts.pool).eval()
         with phase("fixed features", items=len(private.x)), torch.no_grad():

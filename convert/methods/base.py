@@ -11,12 +11,7 @@ from typing import Callable, ClassVar, Optional
 from dpconvert.errors import DpconvertError
 from dpconvert.registry import Registry
 
-NOT_COVERED = [
-    "evaluation numbers computed on private data (the utility block)",
-    "the teacher itself and anything released about it outside this card",
-    "hyper-parameter choices tuned on private data, if any were",
-]
-COVERS_STUDENT = ["the released student model (weights and graph in this file)", "any later use of the student (post-processing)"]
+from dpconvert.accounting.statements import COVERS_STUDENT, NOT_COVERED  # noqa: F401  (re-exported for the methods)
 
 Callback = Optional[Callable[[dict], None]]
 

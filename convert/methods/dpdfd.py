@@ -7,6 +7,7 @@ Gaussian noise (``mechanisms/gaussian_release.py``), the student trained on thos
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Optional
 
 from dpconvert.errors import DpconvertError
+
+from dpconvert.accounting.statements import NO_NOISE_WARNING, NOT_COVERED_PUBLIC_IMAGES
 
 from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, card_number, register
 
@@ -228,12 +231,13 @@ class Dpdfd(Method):
 
     def plan(self, run, opts: DpdfdOptions, spec) -> dict:
         from dpconvert.accounting.planning import plan_dpdfd
+        from dpconvert.options import units_delta
 
         per_image = public_targets(run, opts, spec) == "per-image"
         device_b = default_batch_size(spec, run.device)
         batch_size = opts.batch_size or (max(PER_IMAGE_BATCH, device_b) if per_image else device_b)
-        plan = plan_dpdfd(eps=run.eps, delta=run.delta, steps=opts.releases, batch_size=batch_size,
-                          noise_multiplier=run.noise_multiplier)
+        delta = units_delta(batch_size * opts.releases) if run.delta_is_default else run.delta  # δ ≤ 1/(B·T) by default
+        plan = plan_dpdfd(eps=run.eps, delta=delta, steps=opts.releases, batch_size=batch_size, noise_multiplier=run.noise_multiplier)
         plan["student_epochs"] = opts.epochs or default_epochs(spec, run.device)
         return plan
 
@@ -249,6 +253,7 @@ class Dpdfd(Method):
         self.check(run, opts)
         spec = teacher.spec
         plan = self.plan(run, opts, spec)
+        run = dataclasses.replace(run, delta=plan["delta"])  # the δ the plan resolved is the one every bound uses
         warnings = self._warnings(run, plan)
         if on_plan:
             on_plan(plan)
@@ -292,7 +297,7 @@ class Dpdfd(Method):
     def _warnings(self, run, plan) -> list:
         warnings = []
         if plan["sigma"] == 0:
-            warnings.append("noise multiplier 0: this student is NOT differentially private (ε = ∞); for comparison only")
+            warnings.append(NO_NOISE_WARNING)
         w = distinct_answers_warning(run.delta, plan["batch_size"] * plan["steps"])
         if w:
             warnings.append(w)
@@ -311,7 +316,7 @@ class Dpdfd(Method):
             from dpconvert.generators.public_images import PublicImageSource
             from dpconvert.io.data import load_data
 
-            public = load_data(run.public_data, spec, pixel_range=run.pixel_range)
+            public = load_data(run.public_data, spec, **run.data_format())
             if len(public) == 0:
                 raise DpconvertError(f"{run.public_data}: the public set is empty; give public images or drop `public_data`")
             extra = opts.prior_images or 0  # a mixture with fixed prior images (given explicitly: public data turns the default off)
@@ -360,7 +365,7 @@ class Dpdfd(Method):
             "epsilon": card_number(plan["epsilon"]), "delta": run.delta, "scope": "query", "adjacency": plan["adjacency"],
             "record_level_epsilon": card_number(plan["record_level_epsilon"]), "replace_one_epsilon": card_number(plan["replace_one_epsilon"]),
             "covers": list(COVERS_STUDENT),
-            "not_covered": NOT_COVERED + (["the public query images (assumed public; not protected)"] if run.public_data else []),
+            "not_covered": NOT_COVERED + ([NOT_COVERED_PUBLIC_IMAGES] if run.public_data else []),
         }
 
     def _accounting(self, run, plan: dict, accountant) -> dict:

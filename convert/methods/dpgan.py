@@ -129,7 +129,7 @@ def train_dpgan(run, opts: GanOptions, spec, eps: float, delta: float, on_progre
     critic = CRITICS.get(opts.critic)
     opts = replace(opts, lr=opts.lr or critic.default_lr)
     sigma = critic.sigma(opts, eps, delta)
-    private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
+    private = load_data(run.private_data, spec, require_labels=True, **run.data_format())
     torch.manual_seed(run.seed + SEED_OFFSET)
     generator = create_generator(DPGAN_GENERATOR, spec, nz=64)
     noise, noise_info = mechanism_rng(run.seed, seeded=run.seeded_noise, offset=SEED_OFFSET)

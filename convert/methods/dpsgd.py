@@ -101,7 +101,7 @@ class DpSgdMethod(Method):
         if on_plan:
             on_plan(plan)
         with phase("load data"):
-            private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
+            private = load_data(run.private_data, spec, require_labels=True, **run.data_format())
         torch.manual_seed(run.seed)
         student_name = run.student or default_student(spec)
         student, trainable, inputs, part = _trainable(student_name, spec, private.x, opts.minibatch)

@@ -17,6 +17,8 @@ from typing import Optional
 from dpconvert.errors import DpconvertError
 from dpconvert.profiling import phase
 
+from dpconvert.accounting.statements import COVERS_STUDENT_AND_LABELS
+
 from .base import NOT_COVERED, Method, MethodOutput, register
 from .dpdfd import DpdfdOptions, check_generator_path
 from .query_sources import GENERATOR_QUERIES, generator_share, load_queries, source_name
@@ -204,7 +206,7 @@ class PrivateKnn(Method):
         self.check(run, opts)
         spec = teacher.spec
         with phase("load data"):
-            private = load_data(run.private_data, spec, require_labels=True, pixel_range=run.pixel_range)
+            private = load_data(run.private_data, spec, require_labels=True, **run.data_format())
         _local_notes(len(private), opts, run.delta)  # n may reach the operator's console, never the card or an abort
         self._check_budget_before_training(run, opts, spec.num_classes)
         with phase("queries"):
@@ -352,8 +354,7 @@ class PrivateKnn(Method):
         return {
             "epsilon": eps_all["epsilon"], "delta": run.delta, "scope": accountant.scope, "adjacency": accountant.adjacency,
             "record_level_epsilon": accountant.record_level_epsilon(delta=run.delta),
-            "covers": ["the released student model (weights and graph in this file)", "the DP labels of the queries",
-                       "any later use of the student (post-processing)"],
+            "covers": list(COVERS_STUDENT_AND_LABELS),
             "not_covered": NOT_COVERED + [source.not_covered],
         }
 

@@ -66,7 +66,7 @@ def load_queries(run, opts, teacher, on_progress=None) -> QuerySource:
 def _public(run, opts, teacher, n, rng, on_progress) -> QuerySource:
     from dpconvert.io.data import load_data
 
-    public = load_data(run.public_data, teacher.spec, pixel_range=run.pixel_range)
+    public = load_data(run.public_data, teacher.spec, **run.data_format())
     if len(public) == 0:
         raise DpconvertError(f"{run.public_data}: the public set is empty; give public images to label")
     return QuerySource(public.x, f"public images {run.public_data} ({len(public)}, unlabelled)", "the public query set itself (assumed public)")
