@@ -21,8 +21,11 @@ DEFAULT_DELTA = 1e-5
 
 
 def units_delta(units: int) -> float:
-    """The default δ for ``units`` protected units: the largest power of ten ≤ min(DEFAULT_DELTA, 1/units)."""
-    return 10.0 ** math.floor(math.log10(min(DEFAULT_DELTA, 1.0 / max(1, units))) + 1e-12)
+    """The default δ for ``units`` protected units: min(DEFAULT_DELTA, 1/units) rounded down to one significant digit
+    (300 000 answers: 3e-06), so δ·units ≤ 1 holds exactly and the card shows a round number."""
+    bound = min(DEFAULT_DELTA, 1.0 / max(1, units))
+    scale = 10.0 ** math.floor(math.log10(bound))
+    return float(f"{math.floor(bound / scale * (1 + 1e-12)) * scale:.1g}")
 
 
 @dataclass(frozen=True)
