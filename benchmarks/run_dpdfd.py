@@ -38,7 +38,7 @@ def single(args) -> dict:
                                          prior_images=args.prior_images).items() if v is not None}
         t0 = time.perf_counter()
         res = convert(args.teacher, out=Path(d) / "student.onnx", eps=None if eps == float("inf") else eps,
-                      noise_multiplier=0.0 if eps == float("inf") else None, student=args.student, seed=args.seed, seeded_noise=True,
+                      no_privacy=eps == float("inf"), student=args.student, seed=args.seed, seeded_noise=True,
                       eval_data=args.eval_data, public_data=args.public_data, loader=LoadOptions(arch=args.arch) if args.arch else None,
                       engine=json.loads(args.overrides or "{}"), **options)
         wall = time.perf_counter() - t0

@@ -23,7 +23,8 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
             noise_multiplier: Optional[float] = None, seed: int = 0, device: str = "cpu", student: Optional[str] = None,
             eval_data: Optional[str] = None, private_data: Optional[str] = None, public_data: Optional[str] = None,
             pixel_range: Optional[float] = None, seeded_noise: bool = False, sign_key: Optional[str] = None,
-            allow_large_delta: bool = False, class_names: Optional[list[str]] = None, loader=None, command: Optional[str] = None, on_plan: Optional[Callable[[dict], None]] = None,
+            allow_large_delta: bool = False, class_names: Optional[list[str]] = None, no_privacy: bool = False, force: bool = False,
+            loader=None, command: Optional[str] = None, on_plan: Optional[Callable[[dict], None]] = None,
             on_progress: Optional[Callable[[dict], None]] = None, **method_options):
     """Convert ``teacher`` into a DP student at ``out`` (ONNX) with its privacy card; returns a ``ConvertResult``.
 
@@ -39,17 +40,22 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
     """
     import dataclasses
 
+    run = RunOptions(method=method, eps=eps, delta=delta, allow_large_delta=allow_large_delta, noise_multiplier=noise_multiplier, seed=seed,
+                     device=device, student=student, eval_data=eval_data, private_data=private_data, public_data=public_data,
+                     pixel_range=pixel_range, class_names=class_names, seeded_noise=seeded_noise, no_privacy=no_privacy, force=force,
+                     sign_key=None if sign_key is None else str(sign_key), command=command)
+    from .pipeline import check_output_path
+
+    check_output_path(Path(out), run.force)  # a bad --out fails here, in a second, before torch is even imported
+
     from .distributed import finish, init_from_env
     from .io.teachers import LoadOptions
     from .pipeline import run_conversion
 
     world, device = init_from_env(resolve_device(device))
+    run = dataclasses.replace(run, device=device)
     if not world.is_main:  # one progress display and one plan table: rank 0's
         on_plan = on_progress = None
-    run = RunOptions(method=method, eps=eps, delta=delta, allow_large_delta=allow_large_delta, noise_multiplier=noise_multiplier, seed=seed,
-                     device=device, student=student,
-                     eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range, class_names=class_names,
-                     seeded_noise=seeded_noise, sign_key=None if sign_key is None else str(sign_key), command=command)
     loader = LoadOptions(device=device) if loader is None else dataclasses.replace(loader, device=device)
     try:
         result = run_conversion(teacher, Path(out), run, method_options, load_options=loader, on_plan=on_plan, on_progress=on_progress)

@@ -45,11 +45,21 @@ class RunOptions:
     class_names: Optional[tuple[str, ...]] = None  # the class list in label order (named ImageFolder classes; public by statement)
     seeded_noise: bool = False  # opt-in for tests/benchmarks: the noise from `seed` (not secret; the card says so)
     sign_key: Optional[str] = None  # Ed25519 private key: the card is signed before it is written
+    force: bool = False  # replace existing outputs (the model, its cards, a saved generator)
+    no_privacy: bool = False  # opt-in for a non-private comparison student: σ = 0, ε = ∞ (the card says so; every audit fails it)
     parity_inputs: int = 256  # inputs of the ONNX-vs-torch parity check
     command: Optional[str] = None  # the command line, for the card
     delta_is_default: bool = field(init=False, default=False)  # the user gave no δ: a method may tie it to its units
 
     def __post_init__(self) -> None:
+        if self.no_privacy:
+            if self.eps is not None and math.isfinite(self.eps) or self.noise_multiplier not in (None, 0):
+                raise DpconvertError("`no_privacy` trains a student without noise (ε = ∞): drop `eps` and `noise_multiplier`")
+            object.__setattr__(self, "eps", None)
+            object.__setattr__(self, "noise_multiplier", 0.0)
+        elif self.eps is not None and math.isinf(self.eps) or self.noise_multiplier == 0:
+            raise DpconvertError("ε = ∞ (no noise) is no privacy at all; give a finite `eps`, or `no_privacy` to train a non-private "
+                                 "student for comparison (its card says so and every audit fails it)")
         if self.delta is None:
             object.__setattr__(self, "delta", DEFAULT_DELTA)
             object.__setattr__(self, "delta_is_default", True)

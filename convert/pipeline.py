@@ -36,15 +36,18 @@ class ConvertResult:
     profile: dict  # wall time per phase, items per second, peak memory (profiling.py)
 
 
-def check_output_path(out: Path) -> Path:
+def check_output_path(out: Path, force: bool = False) -> Path:
+    """The student's path, checked before anything is loaded: an .onnx file in a folder we can write to, replacing an
+    existing model (or its cards) only with ``force``."""
+    from dpconvert.io.atomic import check_output
+    from dpconvert.zoo_cards import card_paths
+
     out = Path(out)
+    if out.is_dir():
+        raise DpconvertError(f"`out` {out} is a folder; give a file name such as {out / 'student.onnx'}")
     if out.suffix.lower() != ".onnx":
-        raise DpconvertError(f"the output must end in .onnx (the student is exported to ONNX), got {out.name!r}")
-    if out.exists() and out.is_dir():
-        raise DpconvertError(f"the output {out} is a directory; give a file name such as {out / 'student.onnx'}")
-    if not out.parent.exists():
-        raise DpconvertError(f"the folder {out.parent} does not exist; create it or choose another output path")
-    return out
+        raise DpconvertError(f"`out` must end in .onnx (the student is exported to ONNX), got {out.name!r}")
+    return check_output(out, force=force, also=card_paths(out))
 
 
 def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_options=None, *, load_options=None,
@@ -55,9 +58,11 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
     from dpconvert.io.teachers import LoadOptions, load_teacher
 
     start = time.perf_counter()
-    out = check_output_path(out)
+    out = check_output_path(out, run.force)
     signing_key = _signing_key(run.sign_key)  # an unreadable key fails now, not after the whole run
     name, reason = choose_method(run)
+    if run.no_privacy and name != "dpdfd":
+        raise DpconvertError(f"`no_privacy` (a non-private comparison student) is a DPDFD setting; method {name} has no noise-free mode")
     method = METHODS.get(name)
     opts = method_options if isinstance(method_options, method.Options) else method.options(method_options)
     method.check(run, opts, out)

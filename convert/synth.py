@@ -31,10 +31,18 @@ ACCOUNTING_NOTE = {
 def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int, int], num_classes: int, eps: float = 1.0,
                delta: float = DEFAULT_DELTA, allow_large_delta: bool = False, samples: int = 10000, seed: int = 0, seeded_noise: bool = False,
                pixel_range: Optional[float] = None, grid: Optional[str | Path] = None, gan=None, command: Optional[str] = None,
-               sign_key: Optional[str | Path] = None, class_names: Optional[list[str]] = None, on_progress: Optional[Callable[[dict], None]] = None):
+               sign_key: Optional[str | Path] = None, class_names: Optional[list[str]] = None, force: bool = False, on_progress: Optional[Callable[[dict], None]] = None):
     """Train the DP-critic GAN on ``private_data`` at (ε, δ), write ``out`` (.npz: x uint8 N×C×H×W, y) and
     ``out.card.json`` (signed with ``sign_key`` if given; and ``grid``, a PNG of samples) all or nothing; return the
     card (a ``PrivacyCard`` of kind ``data``)."""
+    from .io.atomic import check_output
+
+    out = Path(out)
+    if out.suffix != ".npz":
+        raise DpconvertError(f"`out` must end in .npz, got {out.name!r}")
+    check_output(out, force=force, also=[out.with_name(out.name + ".card.json")])  # before the private data is read
+    if grid:
+        check_output(grid, param="grid", force=force)
     import numpy as np
     import torch
 
@@ -48,9 +56,6 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
     from .methods.dpgan import CRITICS, GanOptions, train_dpgan
     from .zoo_cards import CARD_SUFFIX_JSON, PrivacyCard
 
-    out = Path(out)
-    if out.suffix != ".npz":
-        raise DpconvertError(f"`out` must end in .npz, got {out.name!r}")
     if samples < 1:
         raise DpconvertError("`samples` must be >= 1")
     signing_key = None

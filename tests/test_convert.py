@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import onnx
 import onnxruntime as ort
@@ -152,14 +154,19 @@ def test_bad_convert_inputs(tmp_path, cli, args, needle):
     assert not list(tmp_path.glob("*.onnx*"))
 
 
-def test_no_noise_card_says_infinite_epsilon(tmp_path, cli):
-    code, _, err = cli("builtin:digits", "--noise-multiplier", "0", "--out", tmp_path / "s.onnx", *FAST)
+def test_no_noise_needs_an_explicit_opt_in_and_fails_every_audit(tmp_path, cli):
+    for flags in (["--noise-multiplier", "0"], ["--eps", "inf"]):
+        code, _, err = cli("builtin:digits", *flags, "--out", tmp_path / "s.onnx", *FAST)
+        assert code == 1 and "--no-privacy" in err and not list(tmp_path.iterdir())
+    code, _, err = cli("builtin:digits", "--no-privacy", "--out", tmp_path / "s.onnx", *FAST)
     assert code == 0, err
     card = PrivacyCard.read(tmp_path / "s.onnx.card.json")
     assert card.data["guarantee"]["epsilon"] == "inf" and card.epsilon == float("inf")
     assert any("NOT differentially private" in w for w in card.data["warnings"])
-    code, out, _ = cli("audit", tmp_path / "s.onnx", "--max-eps", "10")
-    assert code == 1 and "policy max ε" in out
+    for policy in ([], ["--max-eps", "10"]):
+        code, out, _ = cli("audit", tmp_path / "s.onnx", *policy)
+        assert code == 1 and "differentially private" in out
+    assert cli("builtin:digits", "--no-privacy", "--eps", "1", "--out", tmp_path / "t.onnx", *FAST)[0] == 1
 
 
 def test_public_data_query_source_is_on_the_card(tmp_path, cli):
@@ -220,3 +227,39 @@ def test_every_run_is_profiled(tmp_path, cli):
     run = PrivacyCard.read(tmp_path / "s.onnx.card.json").data["run"]
     assert {"queries", "teacher forward", "release", "student training", "export", "parity", "evaluation"} <= set(run["phase_seconds"])
     assert run["items_per_second"]["teacher forward"] > 0 and run["peak_rss_mib"] > 0 and run["torch_threads"] >= 1
+
+
+# ------------------------------------------------------------------ outputs that cannot be lost
+def test_an_unwritable_out_fails_before_any_work(tmp_path, cli):
+    import time
+
+    t0 = time.perf_counter()
+    code, _, err = cli("builtin:digits", "--eps", "1", "--out", "/sys/student.onnx")
+    assert code == 1 and err.strip().count("\n") == 0 and "cannot write" in err and "--out" in err
+    assert time.perf_counter() - t0 < 60  # generous: the check runs before the teacher is loaded (not a timing assertion of the work)
+    assert not Path("/sys/student.onnx").exists()
+
+
+def test_an_existing_out_is_replaced_only_with_force(tmp_path, cli):
+    out = tmp_path / "s.onnx"
+    assert cli("builtin:digits", "--out", out, *FAST)[0] == 0
+    before = out.read_bytes()
+    code, _, err = cli("builtin:digits", "--out", out, *FAST, "--seed", "1")
+    assert code == 1 and "--force" in err and out.read_bytes() == before
+    assert cli("builtin:digits", "--out", out, *FAST, "--seed", "1", "--force")[0] == 0 and out.read_bytes() != before
+
+
+def test_a_full_disk_leaves_no_file(tmp_path):
+    """The conversion runs, then writing the ONNX model fails (a file-size limit stands in for a full disk): one line,
+    exit 1, and no file at all in the folder (the temp files were registered before they were created)."""
+    import subprocess
+    import sys
+
+    script = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000)); "
+              f"sys.argv = ['dpconvert', 'builtin:digits', '--out', {str(tmp_path / 's.onnx')!r}, {', '.join(map(repr, FAST))}]; "
+              "from dpconvert.cli import main; main()")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr
+    assert "cannot write" in proc.stderr and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -236,6 +236,8 @@ def _check_signature(a: ModelAudit, card, p: Policy) -> None:
 def _apply_policy(a: ModelAudit, data: dict, p: Policy) -> None:
     eps = max(a.epsilon, a.recomputed_epsilon if a.recomputed_epsilon is not None else a.epsilon)
     rec = a.record_level_epsilon  # the larger of the card's and the recomputed one
+    a.add("differentially private", math.isfinite(eps), "" if math.isfinite(eps) else
+          "ε = ∞: trained without noise (--no-privacy), for comparison only; no policy admits it")
     if p.max_eps is not None:
         a.add("policy max ε", eps <= p.max_eps, f"ε={eps:.4g} > {p.max_eps:g}" if eps > p.max_eps else "")
     limit = p.delta_limit

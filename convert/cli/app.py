@@ -176,6 +176,7 @@ def plan(
 def convert(
     teacher: Annotated[str, typer.Argument(help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:digits.")],
     out_path: Annotated[Path, typer.Option("--out", "-o", help="Output student, an .onnx file; the card goes to OUT.card.json / OUT.card.md.", rich_help_panel=OUTPUT)] = Path("student.onnx"),
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT (and its cards, a --save-generator file) if they exist.", rich_help_panel=OUTPUT)] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON at the end instead of the summary table.", rich_help_panel=OUTPUT)] = False,
     profile: Annotated[bool, typer.Option("--profile", help="Add throughput (teacher queries/s, student samples/s, …) to the summary; the time per phase is shown and on the card's run block unless private data was read.", rich_help_panel=OUTPUT)] = False,
     show_timings: Annotated[bool, typer.Option("--show-timings", help="With private data, show the time per phase and the elapsed time anyway: they grow with the private set's size, so keep such output out of public logs. Never written to the card.", rich_help_panel=OUTPUT)] = False,
@@ -184,6 +185,7 @@ def convert(
     eps: Annotated[Optional[float], typer.Option("--eps", help=f"Target ε; the noise is calibrated to it (default {DEFAULT_EPS:g} unless --noise-multiplier).", rich_help_panel=PRIVACY)] = None,
     delta: Annotated[Optional[float], typer.Option("--delta", help=f"Target δ (default: DPDFD ≤ 1/(B·T), one over the protected teacher answers; other methods {DEFAULT_DELTA:g}). At most {DELTA_CEILING:g} unless --allow-large-delta.", rich_help_panel=PRIVACY)] = None,
     allow_large_delta: Annotated[bool, typer.Option("--allow-large-delta", help=f"Accept a δ above {DELTA_CEILING:g} (the card warns; audit fails it unless --max-delta admits it).", rich_help_panel=PRIVACY)] = False,
+    no_privacy: Annotated[bool, typer.Option("--no-privacy", help="DPDFD without noise (ε = ∞): a non-private student for comparison only; its card says so and every audit fails it. --eps inf and --noise-multiplier 0 need it.", rich_help_panel=PRIVACY)] = False,
     noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="DPDFD: use this σ instead of calibrating; ε is computed and printed.", rich_help_panel=PRIVACY)] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for everything but the DP noise (queries, student, training order); the noise is secret unless --seeded-noise.", rich_help_panel=PRIVACY)] = 0,
     seeded_noise: Annotated[bool, typer.Option("--seeded-noise", help="For tests and benchmarks only: draw the DP noise and subsamples from --seed (reproducible, NOT secret: anyone with the card can regenerate the noise; the card says so and audit fails it unless --allow-seeded-noise).", rich_help_panel=PRIVACY)] = False,
@@ -234,14 +236,11 @@ def convert(
     """Convert TEACHER into a DP student (DPDFD, Private-kNN, DP-SGD or AdLM) with an ONNX export and a privacy card."""
     import shlex
 
-    import torch
-
     from dpconvert.api import convert as run_convert
 
     from .console import err as err_console
     from .render import ProgressReporter, print_summary
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     method_options = _given(releases=steps, batch_size=batch_size, clip=clip, epochs=epochs, distill_loss=distill_loss, generator=generator,
                             prior=prior, save_generator=save_generator, public_targets=public_targets, prior_images=prior_images, amp=amp, k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold,
                             sigma2=sigma2, rounds=rounds, queries=queries, features=features, labels=labels, knn=knn, canaries=canaries,
@@ -254,7 +253,8 @@ def convert(
         result = run_convert(
             teacher, out=out_path, method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, seed=seed, device=device,
             student=student, eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range,
-            seeded_noise=seeded_noise, sign_key=sign_key, allow_large_delta=allow_large_delta, class_names=_class_names(class_names), command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            seeded_noise=seeded_noise, sign_key=sign_key, allow_large_delta=allow_large_delta, class_names=_class_names(class_names),
+            no_privacy=no_privacy, force=force, command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             loader=_load_options(arch, num_classes, in_chans, input_size, mean, std, weights, trust_pickle, device),
             on_plan=reporter.plan, on_progress=reporter.tick, **method_options)
     finally:
@@ -278,6 +278,7 @@ def synth(
     allow_large_delta: Annotated[bool, typer.Option("--allow-large-delta", help=f"Accept a δ above {DELTA_CEILING:g} (the card warns; audit fails it unless --max-delta admits it).", rich_help_panel=PRIVACY)] = False,
     samples: Annotated[int, typer.Option("--samples", help="Synthetic images to write (class-balanced).", rich_help_panel=OUTPUT)] = 10000,
     grid: Annotated[Optional[Path], typer.Option("--grid", help="Also write a PNG grid of samples, one row per class.", rich_help_panel=OUTPUT)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT (and its card, the grid) if they exist.", rich_help_panel=OUTPUT)] = False,
     gan_critic: Annotated[str, typer.Option("--gan-critic", help="'embedding' (one noisy kernel mean-embedding release) or 'dpsgd' (a convolutional critic trained with DP-SGD).", rich_help_panel=PRIVACY)] = "embedding",
     gan_steps: Annotated[int, typer.Option("--gan-steps", help="--gan-critic dpsgd: DP critic steps.", rich_help_panel=PRIVACY)] = 1000,
     gan_sampling_rate: Annotated[float, typer.Option("--gan-sampling-rate", help="--gan-critic dpsgd: Poisson rate of the critic's lots.", rich_help_panel=PRIVACY)] = 0.02,
@@ -304,6 +305,7 @@ def synth(
                       seeded_noise=seeded_noise, pixel_range=pixel_range, grid=grid,
                       gan=GanOptions(critic=gan_critic, steps=gan_steps, sampling_rate=gan_sampling_rate, generator_steps=gan_generator_steps),
                       command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]), sign_key=sign_key, class_names=_class_names(class_names),
+                      force=force,
                       on_progress=lambda i: out.print(f"{i['stage']}: step {i['releases']}/{i['total']}"))
     g = card.data["guarantee"]
     out.print(f"wrote {out_path} ({samples} samples) and {out_path}.card.json: ε={g['epsilon']:.4f}, δ={g['delta']:g}, scope {g['scope']}"
@@ -353,7 +355,12 @@ def audit(
 
     from .render import membership_table, print_audit
 
+    from dpconvert.io.atomic import check_output
+
     try:
+        for param, path in (("json", json_path), ("html", html_path), ("markdown", markdown_path)):
+            if path is not None:  # a report that cannot be written fails now, not after auditing a zoo
+                check_output(path, param=param, force=True)
         policy = Policy(max_eps, max_delta, require_scope, max_record_eps, min_accuracy, allow_missing, allow_seeded_noise, require_signature,
                         str(trusted_keys) if trusted_keys else None, max_per_image_eps)
         results = run_audit(paths, policy)
@@ -514,6 +521,9 @@ def _with_default_command(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)  # library deprecation notices are not the user's business
     argv = _with_default_command(sys.argv[1:])
     try:
         rc = app(args=argv, prog_name="dpconvert", standalone_mode=False)

@@ -179,17 +179,18 @@ def check_prior_name(name: str) -> str:
     return name
 
 
-def check_generator_path(path: str, out: Optional[Path], has_generator: bool) -> None:
+def check_generator_path(path: str, out: Optional[Path], has_generator: bool, force: bool = False) -> None:
+    from dpconvert.io.atomic import check_output
+
     p = Path(path)
     if not has_generator:
         raise DpconvertError("`save_generator` needs a learned generator: add `generator` dafl (the default prior is data-independent; "
                              "Private-kNN can use it directly with `query_generator` prior)")
     if p.suffix != ".safetensors":
         raise DpconvertError(f"`save_generator` must end in .safetensors, got {p.name!r}")
-    if not p.parent.exists():
-        raise DpconvertError(f"the folder {p.parent} does not exist; create it or choose another `save_generator` path")
     if out is not None and p.resolve() == Path(out).resolve():
         raise DpconvertError("`save_generator` and the output model must be different files")
+    check_output(p, param="save_generator", force=force)
 
 
 def distinct_answers_warning(delta: float, answers: int) -> Optional[str]:
@@ -221,7 +222,7 @@ class Dpdfd(Method):
         if opts.prior:
             check_prior_name(opts.prior)
         if opts.save_generator:
-            check_generator_path(opts.save_generator, out, opts.generator is not None)
+            check_generator_path(opts.save_generator, out, opts.generator is not None, run.force)
         from dpconvert.mechanisms.dpdfd import DISTILL_LOSSES, DpdfdConfig
 
         DISTILL_LOSSES.get(opts.engine.get("distill_loss", opts.distill_loss))  # one-line error naming the choices

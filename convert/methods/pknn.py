@@ -187,7 +187,7 @@ class PrivateKnn(Method):
         if g.save_generator and source != "train":
             raise DpconvertError("with Private-kNN, `save_generator` saves the generator trained in this run: add `query_generator` train")
         if g.save_generator:
-            check_generator_path(g.save_generator, out, True)
+            check_generator_path(g.save_generator, out, True, run.force)
 
     def label_plan(self, opts: PknnOptions, num_classes: int, eps: float, delta: float, queries: int) -> dict:
         from dpconvert.accounting.planning import plan_pknn
