@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import timm
 import torch
 
 from dpconvert.errors import DpconvertError
@@ -84,8 +85,7 @@ def test_inspect_json(cli, models):
         (["{dir}/cnn_pickled.pt", "--input-size", "1,28,28", "--num-classes", "10"], "--trust-pickle"),
         (["{dir}/cnn.onnx", "--input-size", "1,32,32"], "--input-size"),
         (["{dir}/cnn_script.pt", "--input-size", "1,28,28", "--num-classes", "7"], "--num-classes"),
-        (["{dir}/cnn_script.pt"], "--input-size"),
-        (["{dir}/resnet18_state.pt", "--num-classes", "10", "--in-chans", "1"], "--arch"),
+        (["{dir}/cnn_script.pt"], "--input-size C,H,W (e.g. 1,28,28) and --num-classes K"),  # everything missing, in one line
         (["{dir}/resnet18_state.pt", "--arch", "timm:resnet18", "--num-classes", "5", "--in-chans", "1"], "--num-classes"),
         (["{dir}/corrupt.safetensors", "--arch", "datalens_cnn"], "not a valid safetensors"),
         (["{dir}/corrupt.pt", "--arch", "datalens_cnn"], "corrupt"),
@@ -170,3 +170,25 @@ def test_imagenet_shaped_timm_checkpoint_converts_end_to_end(tmp_path, cli):
     assert card["model"]["architecture"] == "timm:resnet18" and card["guarantee"]["epsilon"] == pytest.approx(1.0)
     assert card["mechanism"]["config"]["minibatch"] == 64  # large inputs: an ImageNet-sized student's minibatch
     assert card["export"]["parity"]["top1_agreement"] == 1.0
+
+
+def test_a_bare_timm_state_dict_is_recognised(models, tmp_path, cli):
+    """The headline: `dpconvert resnet34.pt --eps 1 --out student.onnx` with no --arch: the keys say ResNet, the head
+    says 10 classes, the first convolution 1 channel; timm's config gives the input size."""
+    from conftest import TinyCNN
+
+    from dpconvert.io.teachers import NORMALISATION_UNKNOWN, LoadOptions, load_teacher
+
+    t = load_teacher(str(models["dir"] / "resnet18_state.pt"))
+    assert t.arch == "timm:resnet18" and t.spec.num_classes == 10 and t.spec.channels == 1
+    assert any("recognised from the checkpoint" in w for w in t.warnings) and NORMALISATION_UNKNOWN in t.warnings
+    x = torch.randn(2, 1, 28, 28)
+    assert torch.allclose(t(x), models["resnet"](x), atol=1e-5)
+    assert load_teacher(str(models["dir"] / "resnet18_state.pt"), LoadOptions(arch="resnet18")).arch == "timm:resnet18"  # a timm name
+    rgb = tmp_path / "resnet34.pt"
+    torch.save(timm.create_model("resnet34", pretrained=False, num_classes=10).state_dict(), rgb)
+    t = load_teacher(str(rgb))
+    assert t.arch == "timm:resnet34" and t.spec.shape == (3, 224, 224) and t.spec.num_classes == 10 and t.spec.mean == (0.485, 0.456, 0.406)
+    torch.save(TinyCNN().state_dict(), tmp_path / "tiny.pt")
+    code, _, err = cli("inspect", tmp_path / "tiny.pt")
+    assert code == 1 and "--arch timm:NAME" in err and err.strip().count("\n") == 0

@@ -100,10 +100,10 @@ def _spec_from(base: Optional[InputSpec], opts: LoadOptions, what: str) -> Input
         c = opts.in_chans
     if opts.num_classes is not None:
         k = opts.num_classes
-    if c is None or h is None or w is None:
-        raise DpconvertError(f"{what}: cannot tell the input size; give --input-size C,H,W (e.g. 1,28,28)")
-    if k is None:
-        raise DpconvertError(f"{what}: cannot tell the number of classes; give --num-classes")
+    missing = ([] if None not in (c, h, w) else ["--input-size C,H,W (e.g. 1,28,28)"]) + ([] if k is not None else ["--num-classes K"])
+    if missing:
+        raise DpconvertError(f"{what}: cannot tell the {' or the '.join(m.split()[0][2:].replace('-', ' ') for m in missing)}; give "
+                             + " and ".join(missing))
     if opts.mean is not None:
         mean = opts.mean
     if opts.std is not None:
@@ -446,16 +446,18 @@ def _unwrap_state_dict(obj, source: str) -> dict:
 def _from_state_dict(state: dict, arch: Optional[str], base: Optional[InputSpec], opts: LoadOptions, *, kind: str, source: str, sha: str) -> Teacher:
     from dpconvert.students import STUDENTS, create_student
 
+    notes = []
+    if arch and not arch.startswith("timm:") and arch not in STUDENTS and _is_timm_name(arch):
+        arch = f"timm:{arch}"  # `--arch resnet34`: no student has that name, timm has
     if not arch:
-        raise DpconvertError(
-            f"{source} holds weights only; name the architecture with --arch timm:NAME or --arch one of: {', '.join(STUDENTS.names())}"
-        )
-    if arch.startswith("timm:"):
-        import timm
-
-        cfg = timm.get_pretrained_cfg(arch[5:]) if timm.is_model(arch[5:].split(".")[0]) else None
-        if base is None and cfg is not None and cfg.input_size:
-            base = InputSpec(cfg.input_size[0], cfg.input_size[1], cfg.input_size[2], cfg.num_classes or 1000, tuple(cfg.mean), tuple(cfg.std))
+        arch = _recognised_arch(state, source)
+        notes.append(f"architecture {arch} recognised from the checkpoint's keys and shapes (give --arch to choose another)")
+    known = base is not None
+    if arch.startswith("timm:") and base is None:
+        base, known = _timm_base(arch[5:], state)
+        if known and opts.mean is None:
+            notes.append(f"input normalisation taken from timm's {arch[5:]} config (mean {list(base.mean)}, std {list(base.std)}); "
+                         "pass --mean/--std if the model was trained with other values")
     elif arch not in STUDENTS:
         raise DpconvertError(STUDENTS.unknown_message(arch) + " Or use --arch timm:NAME")
     spec = _spec_from(base, opts, source)
@@ -474,7 +476,51 @@ def _from_state_dict(state: dict, arch: Optional[str], base: Optional[InputSpec]
         )
     return Teacher(_torch_forward(module, opts.device, channels_last=True), spec, kind, source,
                    f"{arch} from {Path(source).name if not source.startswith('builtin:') else source} ({kind})", sha, arch, _num_params(module), module,
-                   _normalisation_warnings(base is not None, opts))
+                   notes + _normalisation_warnings(known, opts))
+
+
+def _is_timm_name(name: str) -> bool:
+    import timm
+
+    return timm.is_model(name.split(".")[0])
+
+
+def _recognised_arch(state: dict, source: str) -> str:
+    """The one timm architecture whose keys and shapes the weights have, or an error that says what to type."""
+    from dpconvert.io.arch_guess import close_families, guess_timm_arch
+    from dpconvert.students import STUDENTS
+
+    found = guess_timm_arch(state)
+    if len(found) == 1:
+        return f"timm:{found[0]}"
+    if found:
+        raise DpconvertError(f"{source} holds weights only and fits several timm architectures; choose one: "
+                             + " or ".join(f"--arch timm:{n}" for n in found))
+    close = close_families(state)
+    hint = f" (did you mean --arch timm:{close[0]}?)" if close else ""
+    raise DpconvertError(f"{source} holds weights only and no common timm architecture has exactly its keys and shapes{hint}; name it "
+                         f"with --arch timm:NAME or --arch one of: {', '.join(STUDENTS.names())}")
+
+
+def _timm_base(name: str, state: dict) -> tuple[Optional[InputSpec], bool]:
+    """(input spec, whether its normalisation is known): timm's config gives the input size and normalisation, the
+    weights themselves the class count and input channels (their classifier and first convolution). A config for
+    other channels than the weights' says nothing about their normalisation (mean 0, std 1 and a warning)."""
+    import timm
+
+    from dpconvert.io.arch_guess import first_conv_channels, head_classes
+
+    if not _is_timm_name(name):
+        return None, False
+    cfg = timm.get_pretrained_cfg(name) or timm.get_pretrained_cfg(name.split(".")[0])
+    if cfg is None or not cfg.input_size:
+        return None, False
+    family = name.split(".")[0]
+    channels = first_conv_channels(state, family) or cfg.input_size[0]
+    classes = head_classes(state, family) or cfg.num_classes or 1000
+    if channels != len(cfg.mean):
+        return InputSpec(channels, cfg.input_size[1], cfg.input_size[2], classes, (0.0,) * channels, (1.0,) * channels), False
+    return InputSpec(channels, cfg.input_size[1], cfg.input_size[2], classes, tuple(cfg.mean), tuple(cfg.std)), True
 
 
 def _first_mismatch(text: str) -> str:
