@@ -192,3 +192,26 @@ def test_a_bare_timm_state_dict_is_recognised(models, tmp_path, cli):
     torch.save(TinyCNN().state_dict(), tmp_path / "tiny.pt")
     code, _, err = cli("inspect", tmp_path / "tiny.pt")
     assert code == 1 and "--arch timm:NAME" in err and err.strip().count("\n") == 0
+
+
+class _Softmaxed(torch.nn.Module):
+    def __init__(self, inner, tuple_out=False) -> None:
+        super().__init__()
+        self.inner, self.tuple_out = inner, tuple_out
+
+    def forward(self, x):
+        logits = self.inner(x)
+        return (logits, logits.sum()) if self.tuple_out else torch.softmax(logits, 1)
+
+
+def test_a_softmax_teacher_is_warned_and_a_tuple_teacher_refused_by_name(models, tmp_path, cli):
+    from dpconvert.io.teachers import LoadOptions, load_teacher
+
+    x = torch.randn(2, 1, 28, 28)
+    opts = LoadOptions(input_size=(1, 28, 28), num_classes=10)
+    torch.jit.save(torch.jit.trace(_Softmaxed(models["cnn"]).eval(), x), str(tmp_path / "soft.pt"))
+    assert any("ends in a softmax" in w for w in load_teacher(str(tmp_path / "soft.pt"), opts).warnings)
+    assert not any("softmax" in w for w in load_teacher(str(models["dir"] / "cnn_script.pt"), opts).warnings)
+    torch.jit.save(torch.jit.trace(_Softmaxed(models["cnn"], tuple_out=True).eval(), x, strict=False), str(tmp_path / "tuple.pt"))
+    code, _, err = cli("inspect", tmp_path / "tuple.pt", "--input-size", "1,28,28", "--num-classes", "10")
+    assert code == 1 and "returns a tuple of 2 values" in err and "--input-size" not in err

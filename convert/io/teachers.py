@@ -163,7 +163,8 @@ def _torch_forward(module, device: str, channels_last: bool = False) -> Callable
         if channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         with torch.inference_mode():
-            return module(x).float()
+            out = module(x)
+        return out.float() if isinstance(out, torch.Tensor) else out  # anything else is refused by check_teacher, by name
 
     return forward
 
@@ -176,10 +177,10 @@ def _num_params(module) -> Optional[int]:
 
 
 def check_teacher(teacher: Teacher) -> Teacher:
-    """Run the teacher once on a dummy batch; shape problems become clear errors."""
+    """Run the teacher once on a dummy batch; shape problems become clear errors, a final softmax a warning."""
     import torch
 
-    x = torch.zeros(2, *teacher.spec.shape)
+    x = torch.cat([torch.zeros(1, *teacher.spec.shape), torch.randn(3, *teacher.spec.shape, generator=torch.Generator().manual_seed(0))])
     try:
         out = teacher.forward(x)
     except Exception as e:  # the model itself rejected the input
@@ -188,14 +189,37 @@ def check_teacher(teacher: Teacher) -> Teacher:
             f"{teacher.source}: the teacher failed on an input of shape {tuple(x.shape)} ({first[:200]}); "
             "fix --input-size C,H,W to match the model"
         ) from None
-    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 2:
+    if isinstance(out, (tuple, list)):
+        first = f"; the first is {tuple(out[0].shape)}" if out and isinstance(out[0], torch.Tensor) else ""
+        raise DpconvertError(f"{teacher.source}: the teacher returns a {type(out).__name__} of {len(out)} values{first}; dpconvert needs a "
+                             "classifier that returns one logits tensor: export a wrapper that returns the logits alone")
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != len(x):
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise DpconvertError(f"{teacher.source}: the teacher returned {shape} for a batch of 2; dpconvert needs a classifier that returns logits of shape (batch, classes)")
+        raise DpconvertError(f"{teacher.source}: the teacher returned {shape} for a batch of {len(x)}; dpconvert needs a classifier that "
+                             "returns logits of shape (batch, classes)")
     if out.shape[1] != teacher.spec.num_classes:
         raise DpconvertError(
             f"{teacher.source}: the teacher returns {out.shape[1]} classes but --num-classes says {teacher.spec.num_classes}; fix --num-classes"
         )
+    kind = _probability_output(out.float())
+    if kind:
+        teacher.warnings.append(f"the teacher's outputs look like {kind} (every row of a test batch): it ends in a softmax. The release "
+                                "then carries less per query (Fashion-MNIST simulation: 35.8 % against 51.9 % with logits); export the "
+                                "model without its final softmax if you can")
     return teacher
+
+
+def _probability_output(out) -> Optional[str]:
+    """'probabilities' or 'log-probabilities' when every row is one (a final softmax / log_softmax), else None."""
+    import torch
+
+    if not torch.isfinite(out).all():
+        return None
+    if (out >= 0).all() and torch.allclose(out.sum(1), torch.ones(len(out)), atol=1e-4):
+        return "probabilities"
+    if (out <= 0).all() and torch.allclose(torch.logsumexp(out, 1), torch.zeros(len(out)), atol=1e-4):
+        return "log-probabilities"
+    return None
 
 
 # ---------------------------------------------------------------- builtin:NAME
