@@ -40,20 +40,21 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
     """
     import dataclasses
 
-    run = RunOptions(method=method, eps=eps, delta=delta, allow_large_delta=allow_large_delta, noise_multiplier=noise_multiplier, seed=seed,
-                     device=device, student=student, eval_data=eval_data, private_data=private_data, public_data=public_data,
-                     pixel_range=pixel_range, class_names=class_names, seeded_noise=seeded_noise, no_privacy=no_privacy, force=force,
-                     sign_key=None if sign_key is None else str(sign_key), command=command)
+    given = dict(method=method, eps=eps, delta=delta, allow_large_delta=allow_large_delta, noise_multiplier=noise_multiplier, seed=seed,
+                 student=student, eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range,
+                 class_names=class_names, seeded_noise=seeded_noise, no_privacy=no_privacy, force=force,
+                 sign_key=None if sign_key is None else str(sign_key), command=command)
     from .pipeline import check_output_path
 
-    check_output_path(Path(out), run.force)  # a bad --out fails here, in a second, before torch is even imported
+    RunOptions(**given)  # bad options fail here, in a second, before torch is even imported …
+    check_output_path(Path(out), force)  # … and so does an output that could not be written
 
     from .distributed import finish, init_from_env
     from .io.teachers import LoadOptions
     from .pipeline import run_conversion
 
     world, device = init_from_env(resolve_device(device))
-    run = dataclasses.replace(run, device=device)
+    run = RunOptions(**given, device=device)  # built from what was given (dataclasses.replace would pass the resolved δ as given)
     if not world.is_main:  # one progress display and one plan table: rank 0's
         on_plan = on_progress = None
     loader = LoadOptions(device=device) if loader is None else dataclasses.replace(loader, device=device)
@@ -70,10 +71,12 @@ def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[
          releases: int = 1, batch_size: int = 256, noise_multiplier: Optional[float] = None, k: Optional[int] = None,
          sampling_rate: Optional[float] = None, sigma1: Optional[float] = None, threshold: Optional[float] = None,
          sigma2: Optional[float] = None, num_classes: int = 10, queries: int = 1000, answered: Optional[int] = None,
-         epochs: Optional[int] = None, clip: Optional[float] = None, sigma: Optional[float] = None, count_sigma: Optional[float] = None) -> dict:
+         epochs: Optional[int] = None, clip: Optional[float] = None, sigma: Optional[float] = None, count_sigma: Optional[float] = None,
+         accounting: str = "per-answer") -> dict:
     """The privacy plan: σ for a target ε (or ε for a given σ), ε by every accountant, the record-level worst case.
 
-    DPDFD: ``releases``, ``batch_size``, ``noise_multiplier``. Private-kNN: ``k``, ``sampling_rate``, ``sigma1``,
+    DPDFD: ``releases``, ``batch_size``, ``noise_multiplier``, ``accounting`` (per-answer: the ε of one release for
+    any number of releases; composed). Private-kNN: ``k``, ``sampling_rate``, ``sigma1``,
     ``threshold``, ``sigma2`` (defaults: ``PknnOptions``), ``num_classes``, ``queries``, ``answered`` (default all).
     DP-SGD: ``epochs``, ``sampling_rate``, ``clip``, ``sigma``, ``count_sigma`` (defaults: ``DpsgdOptions``).
     ``n``: the private-set size, if known, to check δ ≤ 1/n.
@@ -85,7 +88,12 @@ def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[
 
     if method == "dpdfd":
         delta = units_delta(releases * batch_size) if delta is None else delta
-        return plan_dpdfd(eps=eps, delta=delta, steps=releases, batch_size=batch_size, noise_multiplier=noise_multiplier, n=n)
+        from .methods.dpdfd import ACCOUNTING
+
+        if accounting not in ACCOUNTING:
+            raise DpconvertError(f"unknown `accounting` {accounting!r}; choose one of: {', '.join(ACCOUNTING)}")
+        return plan_dpdfd(eps=eps, delta=delta, steps=releases, batch_size=batch_size, noise_multiplier=noise_multiplier, n=n,
+                          per_answer=accounting == "per-answer")
     delta = DEFAULT_DELTA if delta is None else delta
     if method == "pknn":
         o = PknnOptions(**{k_: v for k_, v in dict(k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold, sigma2=sigma2).items()

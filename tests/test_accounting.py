@@ -171,10 +171,13 @@ def test_replay_refuses_unknown_events():
 def test_plan_cli_dpdfd(cli):
     import json
 
-    code, out, _ = cli("plan", "--method", "dpdfd", "--eps", "1", "--delta", "1e-5", "--steps", "720", "--json")
+    code, out, _ = cli("plan", "--method", "dpdfd", "--eps", "1", "--delta", "1e-5", "--steps", "720", "--accounting", "composed", "--json")
     assert code == 0
     r = json.loads(out)
     assert r["sigma"] == pytest.approx(100.1, abs=0.1) and r["epsilon"] <= 1.0
+    code, out, _ = cli("plan", "--method", "dpdfd", "--eps", "1", "--delta", "1e-5", "--steps", "720", "--json")
+    per_answer = json.loads(out)  # the default: 720 releases cost the ε of one
+    assert per_answer["sigma"] == pytest.approx(3.73, abs=0.01) and per_answer["record_level_epsilon"] > r["record_level_epsilon"]
     assert r["record_level_epsilon"] > 50
     assert set(r["accountants"]) == {"analytic_gaussian", "pld", "rdp"}
 

@@ -53,7 +53,8 @@ def test_card_epsilon_is_recomputed_from_its_own_parameters(converted):
     m = card["mechanism"]
     assert acc.count("normalised_gaussian_release") == m["releases"] == 2
     assert acc.events[0].params == {"sigma": m["sigma"], "clip": m["clip"], "batch_size": m["batch_size"]}
-    assert dpdfd.epsilon(sigma=m["sigma"], steps=m["releases"], delta=1e-5) == pytest.approx(card["guarantee"]["epsilon"])
+    assert m["distinct_across_releases"] is True and m["max_answers_per_input"] == 1  # per-answer: two releases, the ε of one
+    assert dpdfd.epsilon(sigma=m["sigma"], steps=1, delta=1e-5) == pytest.approx(card["guarantee"]["epsilon"])
     rec = dpdfd.epsilon(sigma=m["sigma"], steps=m["releases"], delta=1e-5, batch_size=m["batch_size"], scope="record")
     assert card["guarantee"]["record_level_epsilon"] == pytest.approx(rec)
 
@@ -107,7 +108,7 @@ def test_noise_multiplier_gives_computed_epsilon(tmp_path, cli):
     code, out, err = cli("builtin:digits", "--noise-multiplier", "20", "--out", tmp_path / "s.onnx", "--json", *FAST)
     assert code == 0, err
     card = json.loads(out)  # --json: stdout is the card only (plan and progress go to stderr)
-    assert card["guarantee"]["epsilon"] == pytest.approx(dpdfd.epsilon(sigma=20.0, steps=2, delta=1e-5))
+    assert card["guarantee"]["epsilon"] == pytest.approx(dpdfd.epsilon(sigma=20.0, steps=1, delta=1e-5))
     assert card["accounting"]["calibrated"] is False
 
 

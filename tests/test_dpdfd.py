@@ -323,12 +323,12 @@ def test_a_release_larger_than_the_distinct_inputs_is_refused():
     teacher, student, _ = _teacher_student_and_twin()
     job = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(releases=1, batch_size=5, sigma=1.0), DpdfdAccountant(),
                 prior=_public_source(3, max_shift=0, flip=False, mix_prob=0.0))
-    with pytest.raises(DpconvertError, match="only 3 distinct inputs.*--batch-size"):
+    with pytest.raises(DpconvertError, match="only 3 distinct inputs.*`batch_size`"):
         job.release()
     assert not job.buffer_x
     by_source = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(releases=1, batch_size=5, sigma=1.0, student_data="sources"),
                       DpdfdAccountant(), prior=_public_source(3, max_shift=0, flip=False, mix_prob=0.0))
-    with pytest.raises(DpconvertError, match="only 3 distinct inputs.*--batch-size"):
+    with pytest.raises(DpconvertError, match="only 3 distinct inputs.*`batch_size`"):
         by_source.release()
     assert by_source.source_targets is None and not by_source.accountant.events
 

@@ -10,9 +10,11 @@ from .accountant import (
     Event,
     GeneratorPknnAccountant,
     LaplaceAccountant,
+    PerAnswerDpdfdAccountant,
     PknnAccountant,
     library_versions,
 )
 
 __all__ = ["ACCOUNTANTS", "Accountant", "DpdfdAccountant", "DpganAccountant", "DpganPknnAccountant", "DpsgdAccountant", "Event",
-           "GeneratorPknnAccountant", "LaplaceAccountant", "PknnAccountant", "library_versions"]
+           "GeneratorPknnAccountant", "LaplaceAccountant", "PerAnswerDpdfdAccountant", "PknnAccountant",
+           "library_versions"]

@@ -138,6 +138,50 @@ class DpdfdAccountant(Accountant):
         return {key: composition.epsilon(terms, delta, accountant=key) for key in ("pld", "rdp")}
 
 
+@ACCOUNTANTS.register("dpdfd_per_answer")
+@dataclass
+class PerAnswerDpdfdAccountant(DpdfdAccountant):
+    """DPDFD releases accounted per answer (docs/privacy.md, "Many rounds for the ε of one release").
+
+    Under the query-level adjacency two neighbouring teachers differ in their answer to one input. When no input is
+    answered more than ``max_answers`` times over the whole run (the engine checks this exactly, across every
+    release), the transcript of any number of adaptively chosen releases is a mixture, with the same weights under
+    both teachers, of "that input's rows released" (a Gaussian with L2 sensitivity √m·C) and "never queried" (no
+    difference), so it is (√m/σ_min)-GDP: the ε of one release at multiplier σ_min/√m, whatever T is (Feldman &
+    Zrnic 2021; Smith & Thakurta 2022; Koskela, Tobaben & Honkela 2023). The record-level worst case still moves
+    every row of every release and composes over all of them (``DpdfdAccountant``).
+    """
+
+    name: str = "dpdfd_per_answer"
+    max_answers: int = 1  # the most times any one input was answered over the whole run (m_max)
+
+    def _multiplier(self, scope: str) -> float:
+        from . import dpdfd
+
+        if scope == "record" or not self.events:
+            return super()._multiplier(scope)
+        sigma = min(e.params["sigma"] for e in self.events)
+        return sigma / dpdfd.sensitivity_factor(scope, 1) / math.sqrt(self.max_answers)
+
+    def cross_check(self, *, delta: float, scope: str = "query") -> dict[str, float]:
+        """The same single Gaussian through dp_accounting's PLD, and the Rényi-filter bound (RDP of one Gaussian)."""
+        from . import composition
+
+        s = self._multiplier(scope)
+        return {key: composition.epsilon([(s, 1, None)], delta, accountant=key) for key in ("pld", "rdp")}
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "max_answers_per_input": self.max_answers}
+
+    def load_state_dict(self, state: dict) -> "PerAnswerDpdfdAccountant":
+        super().load_state_dict(state)
+        m = state.get("max_answers_per_input")
+        if not isinstance(m, int) or isinstance(m, bool) or m < 1:
+            raise DpconvertError(f"accountant state max_answers_per_input must be an integer ≥ 1, got {m!r}")
+        self.max_answers = m
+        return self
+
+
 def _composed(pairs) -> float:
     from . import gaussian
 

@@ -26,8 +26,12 @@ def check_delta(delta: float, n: Optional[int]) -> None:
 
 
 def plan_dpdfd(*, eps: Optional[float], delta: float, steps: int, batch_size: int, noise_multiplier: Optional[float] = None,
-               n: Optional[int] = None, cross_check: bool = True) -> dict:
-    """σ for (ε, δ, T) — or ε for a given σ — with every accountant's ε and the record-level worst case."""
+               n: Optional[int] = None, cross_check: bool = True, per_answer: bool = False) -> dict:
+    """σ for (ε, δ, T) — or ε for a given σ — with every accountant's ε and the record-level worst case.
+
+    ``per_answer``: every input is answered once over the run (checked by the engine), so the query-level ε is one
+    release's whatever T is (``PerAnswerDpdfdAccountant``); otherwise the T releases compose. The record-level worst
+    case composes over all T releases either way."""
     check_delta(delta, n)
     if steps < 1:
         raise DpconvertError(f"--steps must be >= 1, got {steps}")
@@ -36,14 +40,15 @@ def plan_dpdfd(*, eps: Optional[float], delta: float, steps: int, batch_size: in
     if noise_multiplier is None:
         if eps is None:
             raise DpconvertError("give --eps (to calibrate σ) or --noise-multiplier (to compute ε)")
-        sigma, calibrated = calibrate.dpdfd_sigma(eps=eps, delta=delta, steps=steps), True
+        sigma, calibrated = calibrate.dpdfd_sigma(eps=eps, delta=delta, steps=1 if per_answer else steps), True
     else:
         if noise_multiplier < 0:
             raise DpconvertError("--noise-multiplier must be >= 0")
         sigma, calibrated = float(noise_multiplier), False
-    kw = dict(sigma=sigma, steps=steps, delta=delta)
+    kw = dict(sigma=sigma, steps=1 if per_answer else steps, delta=delta)  # the query-level bounds
     result = {
         "method": "dpdfd",
+        "accountant": "dpdfd_per_answer" if per_answer else "dpdfd",
         "sigma": sigma,
         "steps": steps,
         "batch_size": batch_size,
@@ -53,7 +58,7 @@ def plan_dpdfd(*, eps: Optional[float], delta: float, steps: int, batch_size: in
         "epsilon": dpdfd.epsilon(**kw),
         "accountants": {"analytic_gaussian": dpdfd.epsilon(**kw)},
         "replace_one_epsilon": dpdfd.epsilon(**kw, scope="query_replace"),
-        "record_level_epsilon": dpdfd.epsilon(**kw, batch_size=batch_size, scope="record"),
+        "record_level_epsilon": dpdfd.epsilon(sigma=sigma, steps=steps, delta=delta, batch_size=batch_size, scope="record"),
         "scope": "query",
         "adjacency": dpdfd.ADJACENCY_QUERY,
     }

@@ -24,7 +24,7 @@ GUARANTEE_KEYS = {"epsilon", "delta", "scope", "adjacency", "record_level_epsilo
 ACCOUNTING_KEYS = {"accountant", "epsilons", "cross_check", "libraries", "calibrated", "target_epsilon", "state", "note"}
 NOISE_KEYS = {"noise_rng", "noise_secret"}
 DPDFD_KEYS = {"method", "sigma", "clip", "batch_size", "releases", "distill_loss", "distinct_inputs", "query_source", "config",
-              "method_choice", "public_images", "device_defaults"} | NOISE_KEYS
+              "method_choice", "public_images", "device_defaults", "distinct_across_releases", "max_answers_per_input"} | NOISE_KEYS
 DPDFD_REQUIRED = {"method", "sigma", "clip", "batch_size", "releases", "distinct_inputs", "config"} | NOISE_KEYS
 PKNN_KEYS = {"method", "k", "sampling_rate", "sampling", "sigma1", "threshold", "sigma2", "queries_asked", "queries_answered", "rounds",
              "features", "knn_search", "public_queries", "query_source", "labels", "config", "method_choice", "query_generator"} | NOISE_KEYS
@@ -177,7 +177,8 @@ def _check_warnings(p: Problems, accountant, data: dict) -> None:
             p.check(any(isinstance(w, str) and w.startswith(prefix) for w in warnings), "warnings", f"missing the warning that {why}")
 
     need(m.get("noise_secret") is False, SEEDED_WARNING[:60], "the noise was seeded (not secret)")
-    need(any(e.params.get("sigma") == 0 for e in accountant.events if e.mechanism == "normalised_gaussian_release") and accountant.name == "dpdfd",
+    need(any(e.params.get("sigma") == 0 for e in accountant.events if e.mechanism == "normalised_gaussian_release")
+         and accountant.name in ("dpdfd", "dpdfd_per_answer"),
          NO_NOISE_WARNING[:40], "the noise multiplier is 0 (not private)")
     parity = ((data.get("export") or {}).get("parity") or {})
     weak = isinstance(parity.get("max_abs_diff"), (int, float)) and isinstance(parity.get("top1_agreement"), (int, float)) and (
@@ -208,7 +209,7 @@ def _check_events(p: Problems, accountant, data: dict) -> None:
 
 # ------------------------------------------------------------------ per accountant
 CHECKS: Registry[Callable] = Registry("card check")
-CHECKS_EXTRA_GUARANTEE = {"dpdfd": ("replace_one_epsilon", "per_image_epsilon")}
+CHECKS_EXTRA_GUARANTEE = {"dpdfd": ("replace_one_epsilon", "per_image_epsilon"), "dpdfd_per_answer": ("replace_one_epsilon", "per_image_epsilon")}
 
 
 def _check_dpdfd_block(p: Problems, m: dict, events: list, where: str, *, required: set, allowed: set) -> None:
@@ -238,6 +239,18 @@ def _check_dpdfd(p: Problems, accountant, data: dict) -> None:
     p.check(m.get("method") == "dpdfd", "mechanism.method", f"{m.get('method')!r} but the events are DPDFD releases")
     _check_dpdfd_block(p, m, accountant.events, "mechanism", required=DPDFD_REQUIRED, allowed=DPDFD_KEYS)
     _check_public_images(p, m, accountant, data)
+
+
+@CHECKS.register("dpdfd_per_answer")
+def _check_dpdfd_per_answer(p: Problems, accountant, data: dict) -> None:
+    """Per-answer accounting holds only for a run that checked, across every release, that no input was answered more
+    than ``max_answers_per_input`` times: the mechanism block must say the run checked it, and the same m."""
+    _check_dpdfd(p, accountant, data)
+    m = data.get("mechanism") or {}
+    p.check(m.get("distinct_across_releases") is True, "mechanism.distinct_across_releases",
+            "not true: per-answer accounting needs a run that never answered an input twice (use the composed accountant)")
+    p.check(m.get("max_answers_per_input") == accountant.max_answers, "mechanism.max_answers_per_input",
+            f"{m.get('max_answers_per_input')!r} but the accountant state charges m = {accountant.max_answers}")
 
 
 def _check_public_images(p: Problems, m: dict, accountant, data: dict) -> None:

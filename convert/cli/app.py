@@ -143,6 +143,7 @@ def plan(
     steps: Annotated[int, typer.Option("--steps", "--releases", help="DPDFD: number of noisy releases T.")] = 720,
     batch_size: Annotated[int, typer.Option("--batch-size", help="DPDFD: rows per release B (only the record-level bound depends on it).")] = 256,
     noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="DPDFD: use this σ and compute ε instead of calibrating.")] = None,
+    accounting: Annotated[str, typer.Option("--accounting", help="DPDFD: per-answer (no input answered twice: the ε of one release for any --steps) or composed.")] = "per-answer",
     k: Annotated[Optional[int], typer.Option("--k", help=f"Private-kNN: neighbours (default {P.k}).")] = None,
     sampling_rate: Annotated[Optional[float], typer.Option("--sampling-rate", help=f"Private-kNN: Poisson sampling rate γ (default {P.sampling_rate}); DP-SGD: lot rate q (default {S.sampling_rate}).")] = None,
     sigma1: Annotated[Optional[float], typer.Option("--sigma1", help=f"Private-kNN: screening noise σ1 (default {P.sigma1}).")] = None,
@@ -164,7 +165,7 @@ def plan(
 
     result = make_plan(method, eps=eps, delta=delta, n=n, releases=steps, batch_size=batch_size, noise_multiplier=noise_multiplier, k=k,
                        sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold, sigma2=sigma2, num_classes=num_classes,
-                       queries=queries, answered=answered, epochs=epochs, clip=clip, sigma=sigma, count_sigma=count_sigma)
+                       queries=queries, answered=answered, epochs=epochs, clip=clip, sigma=sigma, count_sigma=count_sigma, accounting=accounting)
     if as_json:
         print(json.dumps(result, indent=2))
         return
@@ -204,6 +205,7 @@ def convert(
     prior: Annotated[Optional[str], typer.Option("--prior", help="The data-free query prior: random_fields (smooth blobs and strokes) or centred_fields (the same inside a centred ellipse). Default: from the input size for DPDFD, random_fields for Private-kNN's prior queries.", rich_help_panel=DPDFD)] = None,
     public_targets: Annotated[Optional[str], typer.Option("--public-targets", help="DPDFD with --public-data: per-image (default: the views' targets averaged per image and denoised, B defaults to 1 000 000; measured better at ε = 1 on in- and out-of-domain images) or rows (one noisy target per view of an image; better without noise).", rich_help_panel=DPDFD)] = None,
     prior_images: Annotated[Optional[int], typer.Option("--prior-images", help="Data-free per-image targets: draw N fixed images from the prior and query views of each many times, so their targets can be averaged (B defaults to 1 000 000). Default 2500 for 28×28-sized inputs (Fashion-MNIST, ε = 1: 66.0–66.2 % on 3 seeds against 56.5 % for one target per prior sample), else 0; 0 turns it off. With --public-data, N prior images are queried beside the public ones (a mixture; only the public images count towards the per-image ε).", rich_help_panel=DPDFD)] = None,
+    accounting: Annotated[Optional[str], typer.Option("--accounting", help="DPDFD: per-answer (default: the engine never answers an input twice, so the query-level ε is one release's for any --steps) or composed (the releases compose).", rich_help_panel=DPDFD)] = None,
     amp: Annotated[Optional[str], typer.Option("--amp", help="DPDFD: bf16 (teacher and student forward under bf16 autocast; the release stays fp32) or off. Default: bf16 on CUDA, off on CPU.", rich_help_panel=DPDFD)] = None,
     save_generator: Annotated[Optional[str], typer.Option("--save-generator", help="Save the learned generator and its DPDFD cost to FILE.safetensors (DPDFD with --generator; Private-kNN with --query-generator train).", rich_help_panel=DPDFD)] = None,
     k: Annotated[Optional[int], typer.Option("--k", help=f"Neighbours (default {P.k}).", rich_help_panel=PKNN)] = None,
@@ -242,7 +244,7 @@ def convert(
     from .render import ProgressReporter, print_summary
 
     method_options = _given(releases=steps, batch_size=batch_size, clip=clip, epochs=epochs, distill_loss=distill_loss, generator=generator,
-                            prior=prior, save_generator=save_generator, public_targets=public_targets, prior_images=prior_images, amp=amp, k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold,
+                            prior=prior, save_generator=save_generator, public_targets=public_targets, prior_images=prior_images, amp=amp, accounting=accounting, k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold,
                             sigma2=sigma2, rounds=rounds, queries=queries, features=features, labels=labels, knn=knn, canaries=canaries,
                             query_generator=query_generator, generator_eps=generator_eps, lr=lr, momentum=momentum, sigma=sigma,
                             count_sigma=count_sigma, relevance_share=relevance_share, relevance_power=relevance_power, pool=pool,

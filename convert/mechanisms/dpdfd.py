@@ -178,6 +178,16 @@ def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
+def _flat_inputs(x: torch.Tensor, amp: Optional[str] = None) -> torch.Tensor:
+    """Rows as the teacher sees them, flattened; + 0.0 maps −0.0 to 0.0 (the same input to the teacher). Under bf16
+    autocast the teacher computes on bf16-rounded inputs, so two float32 inputs that round alike are one input to it:
+    they are compared after the same rounding."""
+    flat = x.reshape(len(x), -1).float()
+    if amp == "bf16":
+        flat = flat.to(torch.bfloat16).float()
+    return flat + 0.0
+
+
 def first_occurrences(x: torch.Tensor) -> torch.Tensor:
     """Indices of the first copy of each distinct row (sample) of x, in their original order.
 
@@ -186,7 +196,7 @@ def first_occurrences(x: torch.Tensor) -> torch.Tensor:
     the exact one (a hash collision between different rows costs time, never a missed copy). Sorting whole rows
     lexicographically (torch.unique(dim=0)) took ~2 s for a release of 300 000 8×8 inputs.
     """
-    flat = x.reshape(len(x), -1).float() + 0.0  # + 0.0 maps −0.0 to 0.0: the same input to the teacher
+    flat = _flat_inputs(x)
     return first_by_hash(_row_hash(flat), lambda idx: flat[idx])
 
 
@@ -272,6 +282,10 @@ class Dpdfd:
         self.source_targets: Optional[SourceTargets] = None  # student_data "sources": released targets per source image
         self.buffer_x: list[torch.Tensor] = []
         self.buffer_y: list[torch.Tensor] = []
+        # hashes of every input answered so far, over all releases (sorted): a later release never asks one again, so
+        # no input is answered twice in the run and the per-answer accountant's m_max is 1 (accounting/accountant.py)
+        self.answered = torch.empty(0, dtype=torch.int64)
+        self._pending_hashes: Optional[torch.Tensor] = None
         self.rng = torch.Generator(device="cpu").manual_seed(cfg.seed)
         self.num_classes = student_classes(student)
         self.chunk = TEACHER_BATCH
@@ -391,16 +405,34 @@ class Dpdfd:
         """
         x, src = self.synthesise_with_sources(n, select=True)
         for _ in range(max_rounds):
-            keep = first_occurrences(x)
-            x, src = x[keep], src[keep]
+            flat = _flat_inputs(x, self.cfg.amp)
+            h = _row_hash(flat)
+            keep = self._fresh(h, first_by_hash(h, lambda idx: flat[idx]))
+            x, src, h = x[keep], src[keep], h[keep]
+            distinct = len(x)
             if len(x) >= n:
-                self._last_sources = src[:n]
+                self._last_sources, self._pending_hashes = src[:n], h[:n]
                 return x[:n]
             more, more_src = self.synthesise_with_sources(n - len(x), select=True)
             x, src = torch.cat([x, more]), torch.cat([src, more_src])
         raise DpconvertError(
-            f"the query source gave only {len(first_occurrences(x))} distinct inputs for a release of {n}: lower "
-            f"--batch-size, or give more --public-data images")
+            f"the query source gave only {distinct} distinct inputs not answered before for a release of {n}: lower "
+            f"`batch_size` or `releases`, or give more `public_data` images")
+
+    def _fresh(self, h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """``keep`` (indices of distinct rows) without the rows whose input an earlier release already asked (by hash:
+        equal inputs always share one, so no repeat is missed; a collision only costs a redraw)."""
+        if not len(self.answered):
+            return keep
+        return keep[~torch.isin(h[keep].cpu(), self.answered)]
+
+    def _remember_answered(self) -> None:
+        """The release's inputs join the run's answered set (m_max stays 1: they were fresh by construction)."""
+        h = self._pending_hashes.cpu()
+        if torch.isin(h, self.answered).any() or len(torch.unique(h)) != len(h):
+            raise RuntimeError("internal error: an input would be answered twice in this run; nothing was released")
+        self.answered = torch.sort(torch.cat([self.answered, h])).values
+        self._pending_hashes = None
 
     def _count_source_rows(self, src: torch.Tensor) -> None:
         """Rows released per public source image, over every release (for the per-image ε)."""
@@ -425,9 +457,12 @@ class Dpdfd:
         pool = self.cfg.prior_pool if self.buffer_x and self.cfg.student_data == "rows" else 1
         z = self.distinct_prior_draws(n * pool)
         if pool == 1:
+            self._pending_hashes = self._draw_hashes
             return z
         self.student.eval()
-        return z[self._select_balanced(self._student_on(z), n)]
+        pick = self._select_balanced(self._student_on(z), n)
+        self._pending_hashes = self._draw_hashes[pick.cpu()]
+        return z[pick]
 
     # ------------------------------------------------------------ one round
     def release(self) -> dict:
@@ -437,6 +472,7 @@ class Dpdfd:
         with phase("queries", items=cfg.batch_size):
             rows = self.distinct_prior_queries(cfg.batch_size) if self.store_z else self.distinct_queries(cfg.batch_size)
         times["generator"] = time.perf_counter() - t0
+        self._remember_answered()  # before the teacher sees them: a repeat stops the run before anything is released
         s_logits, g_noisy, times["teacher"], times["student"] = self._noisy_rows(rows)
         t0 = time.perf_counter()
         sources = self.prior.sources(rows) if self.store_z and hasattr(self.prior, "sources") else self._last_sources
@@ -481,18 +517,21 @@ class Dpdfd:
         """``distinct_queries`` for a prior that is a function of z: the z of n pairwise-distinct inputs, checked by
         hash without keeping the inputs (a release of millions of 28×28 rows would not fit in memory as images)."""
         def flat(z):
-            return self.prior(z).reshape(len(z), -1).float() + 0.0
+            return _flat_inputs(self.prior(z), self.cfg.amp)
 
         z, _ = self.sample(n, self.prior.nz)
         for round_ in range(max_rounds):
             h = torch.cat([_row_hash(flat(c)) for c in z.split(self.chunk)])
-            z = z[first_by_hash(h, lambda idx: flat(z[idx]))]
+            keep = self._fresh(h, first_by_hash(h, lambda idx: flat(z[idx])))
+            z, h = z[keep], h[keep]
+            distinct = len(z)
             if len(z) >= n:
+                self._draw_hashes = h[:n]
                 return z[:n]
             if round_ + 1 < max_rounds:
                 z = torch.cat([z, self.sample(n - len(z), self.prior.nz)[0]])
-        raise DpconvertError(f"the query source gave only {len(z)} distinct inputs for a release of {n}: lower --batch-size, or give "
-                             "more --public-data images")
+        raise DpconvertError(f"the query source gave only {distinct} distinct inputs not answered before for a release of {n}: lower `batch_size` or `releases`, or give "
+                             "more `public_data` images")
 
     def denoised_source_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(indices of the queried source images, their denoised targets): post-processing of the released rows."""

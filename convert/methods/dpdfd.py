@@ -55,6 +55,10 @@ class DpdfdOptions:
     prior_images: Optional[int] = None
     amp: Optional[str] = None  # bf16 or off; None: the device's default (DEVICE_DEFAULTS: bf16 on CUDA, off on CPU)
     save_generator: Optional[str] = None  # FILE.safetensors: the learned generator and what it cost
+    # per-answer: no input is answered twice over the run (the engine enforces it across releases), so the query-level ε
+    # is one release's for any number of releases (docs/privacy.md); composed: the T releases compose (the bound for
+    # runs whose cost is reused elsewhere, e.g. Private-kNN's query generator)
+    accounting: str = "per-answer"
     engine: dict = field(default_factory=dict)  # research: any other DpdfdConfig field (checked against it)
 
     def __post_init__(self) -> None:
@@ -72,6 +76,8 @@ class DpdfdOptions:
             raise DpconvertError(f"`amp` must be bf16 or off, got {self.amp!r}")
         if self.prior_images is not None and self.prior_images < 0:
             raise DpconvertError("`prior_images` must be >= 0")
+        if self.accounting not in ACCOUNTING:
+            raise DpconvertError(f"unknown `accounting` {self.accounting!r}; choose one of: {', '.join(ACCOUNTING)}")
         if self.public_targets is not None and self.public_targets not in PUBLIC_TARGETS:
             raise DpconvertError(f"unknown `public_targets` {self.public_targets!r}; choose one of: {', '.join(PUBLIC_TARGETS)}")
 
@@ -94,6 +100,7 @@ DEVICE_DEFAULTS = {
     "cuda": DeviceDefaults((2_000_000, 2_000_000, 262_144), 8, "bf16"),
 }
 AMP = ("bf16", "off")
+ACCOUNTING = {"per-answer": "dpdfd_per_answer", "composed": "dpdfd"}  # `accounting` → the accountant
 
 
 def prior_images(run, opts: DpdfdOptions, spec) -> int:
@@ -238,14 +245,15 @@ class Dpdfd(Method):
         device_b = default_batch_size(spec, run.device)
         batch_size = opts.batch_size or (max(PER_IMAGE_BATCH, device_b) if per_image else device_b)
         delta = units_delta(batch_size * opts.releases) if run.delta_is_default else run.delta  # δ ≤ 1/(B·T) by default
-        plan = plan_dpdfd(eps=run.eps, delta=delta, steps=opts.releases, batch_size=batch_size, noise_multiplier=run.noise_multiplier)
+        plan = plan_dpdfd(eps=run.eps, delta=delta, steps=opts.releases, batch_size=batch_size, noise_multiplier=run.noise_multiplier,
+                          per_answer=opts.accounting == "per-answer")
         plan["student_epochs"] = opts.epochs or default_epochs(spec, run.device)
         return plan
 
     def run(self, run, opts: DpdfdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
 
-        from dpconvert.accounting import DpdfdAccountant
+        from dpconvert.accounting import ACCOUNTANTS
         from dpconvert.distributed import current_world
         from dpconvert.mechanisms.dpdfd import Dpdfd as Engine
         from dpconvert.mechanisms.noise import SEEDED_WARNING, mechanism_rng
@@ -261,7 +269,7 @@ class Dpdfd(Method):
         torch.manual_seed(run.seed)
         student, student_name, prior, source, generator = self._models(run, opts, spec)
         cfg = self._engine_config(run, opts, plan, generator, spec, prior)
-        accountant = DpdfdAccountant()
+        accountant = ACCOUNTANTS.get(ACCOUNTING[opts.accounting])()
         noise_rng, noise_info = mechanism_rng(cfg.seed, seeded=run.seeded_noise)
         if run.seeded_noise:
             warnings.append(SEEDED_WARNING)
@@ -276,7 +284,7 @@ class Dpdfd(Method):
         if job.mechanism.zeroed_rows:  # console only: how many answers were non-finite depends on the teacher
             log.warning("note (console only): %d teacher answers were not finite and were released as zero rows (pure noise)",
                         job.mechanism.zeroed_rows)
-        eps_spent = self._check_spent(accountant, plan, run, opts)
+        self._check_spent(accountant, plan, run, opts)
         mechanism = self._mechanism_block(run, opts, plan, cfg, noise_info, source, generator)
         guarantee = self._guarantee(run, plan)
         images = job.public_image_counts()
@@ -287,7 +295,7 @@ class Dpdfd(Method):
         if opts.save_generator:
             from dpconvert.generators.saved import generator_bytes
 
-            cost = generator_cost(accountant, teacher, eps_spent, run.delta, mechanism)
+            cost = generator_cost(accountant, teacher, run.delta, mechanism)
             extra[opts.save_generator] = generator_bytes(generator, opts.generator, spec, cost)
         return MethodOutput(
             student=student, student_name=student_name, probe=job.synthesise(run.parity_inputs), rounds=rounds, warnings=warnings,
@@ -388,6 +396,8 @@ class Dpdfd(Method):
             "sigma": plan["sigma"], "clip": opts.clip, "batch_size": plan["batch_size"], "releases": opts.releases,
             "distill_loss": cfg.distill_loss, **noise_info,
             "distinct_inputs": True,  # Dpdfd.distinct_queries: no input twice in a release (the auditor checks for it)
+            "distinct_across_releases": True,  # … nor twice in the run: every release skips the inputs answered before
+            "max_answers_per_input": 1,
             "query_source": source + (f" + {opts.generator} generator" if generator is not None else "")
                             + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
             "config": cfg.to_dict(),
@@ -403,10 +413,15 @@ def _with_epsilon(on_progress, accountant, delta: float):
     return lambda info: on_progress({**info, "epsilon": accountant.epsilon(delta=delta)})
 
 
-def generator_cost(accountant, teacher, epsilon: float, delta: float, mechanism: dict):
-    """What a DPDFD-trained generator cost: the run's events, its teacher, and the mechanism facts its ε rests on."""
+def generator_cost(accountant, teacher, delta: float, mechanism: dict):
+    """What a DPDFD-trained generator cost: the run's events, its teacher, and the mechanism facts its ε rests on. The
+    events are recorded for the composed accountant (a valid bound for any run; a card that reuses the generator
+    composes its cost with other mechanisms' events), so the ε recorded is the composed one."""
+    from dpconvert.accounting import DpdfdAccountant
     from dpconvert.generators.saved import COST_MECHANISM_KEYS, GeneratorCost
 
-    return GeneratorCost(accountant.state_dict(), "query", teacher.sha256, epsilon, delta, {k: mechanism[k] for k in COST_MECHANISM_KEYS})
+    composed = DpdfdAccountant(events=list(accountant.events))
+    return GeneratorCost(composed.state_dict(), "query", teacher.sha256, composed.epsilon(delta=delta), delta,
+                         {k: mechanism[k] for k in COST_MECHANISM_KEYS})
 
 

@@ -123,7 +123,7 @@ def _train(run, opts, teacher, n, rng, on_progress) -> QuerySource:
     name = g.generator or IN_RUN_GENERATOR
     sub_run = replace(run, seed=run.seed + IN_RUN_SEED_OFFSET, method="dpdfd", eps=share, delta=run.delta / 2, noise_multiplier=None,
                       public_data=None, private_data=None)
-    sub_opts = replace(g, generator=name, releases=max(g.releases, IN_RUN_MIN_RELEASES))
+    sub_opts = replace(g, generator=name, releases=max(g.releases, IN_RUN_MIN_RELEASES), accounting="composed")  # a cost composed again
     def relay(info):  # the generator run's events, marked as its own; its time estimate passes as it is
         on_progress(info if info["kind"] == "estimate" else {**info, "kind": "query_generator", "stage": info["kind"], "epsilon_share": share})
 
