@@ -37,7 +37,7 @@ def single(args) -> dict:
                                          epochs=args.epochs, public_targets=args.public_targets,
                                          prior_images=args.prior_images).items() if v is not None}
         t0 = time.perf_counter()
-        res = convert(args.teacher, out=Path(d) / "student.onnx", eps=None if eps == float("inf") else eps,
+        res = convert(args.teacher, out=Path(d) / "student.onnx", eps=None if eps == float("inf") else eps, delta=args.delta,
                       no_privacy=eps == float("inf"), student=args.student, seed=args.seed, seeded_noise=True,
                       eval_data=args.eval_data, public_data=args.public_data, loader=LoadOptions(arch=args.arch) if args.arch else None,
                       engine=json.loads(args.overrides or "{}"), **options)
@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--prior-images", type=int, help="data-free per-image targets over this many fixed prior images")
     ap.add_argument("--overrides", help="JSON dict of other DpdfdConfig fields")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--delta", type=float, help="δ (default: the product's, one over the released rows; the DPDFD paper reports 1e-5)")
     ap.add_argument("--json", help="append results to this JSON list file")
     ap.add_argument("--single", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -39,80 +39,107 @@ def print_plan(result: dict, to=None) -> None:
         to.print(f"method {result['method']}: {result['method_choice']}")
 
 
+def _compact(n: float) -> str:
+    """12 345 → 12.3k, 1 000 000 → 1M: counts that fit an 80-column progress line."""
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= limit:
+            return f"{n / limit:.3g}{suffix}"
+    return f"{n:.0f}"
+
+
 class ProgressReporter:
-    """Rich progress bar on a TTY, one plain line per unit of work otherwise."""
+    """One progress bar per phase of the run (its name, a bar, a count with its unit, the time left), on a TTY; plain
+    lines at 0/25/50/75/100 % of each phase otherwise. Methods report ``phase`` (name, total, unit) and ``advance``
+    (done, status) events; older events (DP-SGD steps, Private-kNN votes and rounds) map onto the same bars.
+    ``show_time``: False when the run reads private data (its durations grow with the private set)."""
 
     def __init__(self, releases: int, console=None, show_time: bool = True) -> None:
         self.releases = releases
-        self.show_time = show_time  # False when the run reads private data: its duration grows with the private set
+        self.show_time = show_time
         self.console = console or out  # stderr under --json, so stdout carries the card only
-        self.total = None
         self.progress = None
         self.task = None
+        self.phase_name, self.total, self.done, self.unit, self.printed = "", 0, 0, "", -1
 
     def plan(self, plan: dict) -> None:
-        from .console import is_tty
-
         print_plan(plan, self.console)
         if "progress" in plan:
-            self.total, label = plan["progress"]["total"], plan["progress"]["label"]
-            self.label = label
-        elif plan["method"] == "dpdfd":
-            self.total = self.releases * (1 + plan["student_epochs"])
-            label = "DPDFD"
-        else:  # Private-kNN: a bar over vote passes (screening every query + argmax for answered ones; the rest is skipped)
-            self.total = 2 * plan["queries_asked"]
-            label = "Private-kNN votes"
-        if is_tty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            self._start(plan["progress"]["label"], plan["progress"]["total"], "steps")
+        elif plan["method"] != "dpdfd":  # Private-kNN: screening every query + the argmax of the answered ones
+            self._start("Private-kNN votes", 2 * plan["queries_asked"], "votes")
 
-            columns = [TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}")]
-            self.progress = Progress(*columns, *([TimeElapsedColumn()] if self.show_time else []), console=self.console, transient=False)
+    # ------------------------------------------------------------ one bar per phase
+    def _start(self, name: str, total: int, unit: str) -> None:
+        self._finish()
+        self.phase_name, self.total, self.done, self.unit, self.printed = name, max(int(total), 1), 0, unit, -1
+        from .console import is_tty
+
+        if is_tty() and self.progress is None:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.table import Column
+
+            columns = [TextColumn("{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis", ratio=3, min_width=20)),
+                       BarColumn(bar_width=None, table_column=Column(ratio=2, min_width=8)),
+                       TextColumn("{task.fields[count]}", table_column=Column(no_wrap=True, min_width=12))]
+            if self.show_time:
+                columns.append(TimeRemainingColumn(compact=True))
+            self.progress = Progress(*columns, console=self.console, transient=False, expand=True)
             self.progress.start()
-            self.task = self.progress.add_task("", total=self.total)
+        if self.progress is not None:
+            self.task = self.progress.add_task(name, total=self.total, count=self._count())
+        else:
+            self._plain()
+
+    def _count(self) -> str:
+        return f"{_compact(self.done)}/{_compact(self.total)} {self.unit}"
+
+    def _advance(self, n: int, status: str = "") -> None:
+        if not self.phase_name:
+            return
+        self.done = min(self.total, self.done + n)
+        if self.progress is not None:
+            desc = f"{self.phase_name} · {status}" if status else None
+            self.progress.update(self.task, completed=self.done, count=self._count(), **({"description": desc} if desc else {}))
+        else:
+            self._plain(status)
+
+    def _plain(self, status: str = "") -> None:
+        quarter = 4 * self.done // self.total
+        if quarter > self.printed or status:
+            self.printed = quarter
+            self.console.print(f"{self.phase_name}: {25 * quarter}% ({self._count()})" + (f", {status}" if status else ""), markup=False)
+
+    def _finish(self) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, completed=self.total)
+        self.task = None
 
     def tick(self, info: dict) -> None:
-        if info["kind"] == "votes":
-            if self.progress is not None:
-                self.progress.update(self.task, advance=info["queries"])
-            return
-        if info["kind"] == "steps":
-            if self.progress is not None:
-                self.progress.update(self.task, advance=info["done"])
-            elif info["step"] % max(1, info["steps"] // 10) < info["done"]:
-                self.console.print(f"{getattr(self, 'label', 'steps')}: {info['step']}/{info['steps']}")
-            return
-        if info["kind"] == "round":
-            line = f"round {info['round']}: {info['answered']}/{info['asked']} queries answered, ε spent {info['epsilon']:.3f}" + (
+        kind = info["kind"]
+        if kind == "phase":
+            self._start(info["name"], info["total"], info["unit"])
+        elif kind == "advance":
+            self._advance(info["done"], info.get("status", ""))
+        elif kind == "votes":
+            self._advance(info["queries"])
+        elif kind == "steps":
+            self._advance(info["done"])
+        elif kind == "round":  # unanswered queries need no argmax pass
+            line = f"round {info['round']}: {info['answered']}/{info['asked']} answered, ε spent {info['epsilon']:.3f}" + (
                 f", {info['seconds']:.0f} s" if self.show_time else "")
-            if self.progress is not None:  # unanswered queries need no argmax pass
-                self.progress.update(self.task, advance=info["asked"] - info["answered"], description=line)
-            else:
-                self.console.print(line)
-            return
+            self._advance(info["asked"] - info["answered"], line)
+        elif kind == "estimate":
+            self._print(f"estimated on this machine (timed on {info['probe']} queries): teacher "
+                        f"{_duration(info['teacher_seconds'])}, student {_duration(info['student_seconds'])}, in all "
+                        f"{_duration(info['teacher_seconds'] + info['student_seconds'])}; --batch-size and --epochs trade time for accuracy")
+        elif kind == "query_generator":  # Private-kNN's in-run DP-critic GAN, before its plan
+            self._print(f"query generator (ε share {info['epsilon_share']:g} at δ/2): {info['stage']}, step {info['releases']}/{info['total']}")
 
-        if info["kind"] == "estimate":
-            self.console.print(f"estimated on this machine (timed on {info['probe']} queries): teacher forward {_duration(info['teacher_seconds'])}, "
-                               f"student training {_duration(info['student_seconds'])}; released rows kept as {info['kept_as']} "
-                               f"({info['kept_bytes'] / 2**20:,.0f} MiB). --batch-size and --epochs trade time for accuracy.")
-            return
-        if info["kind"] == "query_generator":  # Private-kNN's in-run generator (DPDFD or DP-critic GAN), before its plan
-            count = f"step {info['releases']}/{info['total']}" if "total" in info else f"releases {info['releases']}"
-            self.console.print(f"query generator (ε share {info['epsilon_share']:g} at δ/2): {info['stage']}, {count}"
-                               + (f", loss {info['loss']:.3g}" if "loss" in info else ""))
-            return
-        parts = [f"releases {info['releases']}", f"ε spent {info.get('epsilon', float('inf')):.3f}"]
-        if "loss" in info:
-            parts.append(f"loss {info['loss']:.3g}")
-        if info.get("agreement") is not None:
-            parts.append(f"agreement (synthetic held-out) {info['agreement']:.3f}")
-        text = "  ".join(parts)
-        if self.progress is not None:
-            self.progress.update(self.task, advance=1, description=text)
-        else:
-            self.console.print(f"{info['kind']}: {text}")
+    def _print(self, text: str) -> None:
+        (self.progress.console if self.progress is not None else self.console).print(text, markup=False)
 
     def close(self) -> None:
+        self._finish()
         if self.progress is not None:
             self.progress.stop()
 

@@ -75,6 +75,11 @@ class DpdfdConfig:
     source_minibatch: int = 256  # "sources": images per student step
     source_loss: str = "soft_ce"  # "sources": "soft_ce" (cross-entropy to softmax of the target) or "centred" (as the rows)
     amp: Optional[str] = None  # "bf16": teacher and student forward under bf16 autocast; the release stays fp32
+    # "sources" with several releases: each release queries views of this many source images it has not queried before,
+    # chosen from the pool by the student trained on the earlier releases (post-processing: per-answer accounting keeps
+    # the ε of one release); 0: every release queries views of every source image
+    new_sources_per_release: int = 0
+    source_selection: str = "balanced"  # SOURCE_SELECTIONS: how a release picks its new source images
     image_buffer_bytes: int = 2**30  # keep released inputs as images up to this size, else as the prior's z (re-rendered)
     seed: int = 0
 
@@ -85,6 +90,8 @@ class DpdfdConfig:
             raise ValueError(f"student_data must be 'rows' or 'sources', got {self.student_data!r}")
         if self.amp not in (None, "bf16"):
             raise ValueError(f"amp must be None or 'bf16', got {self.amp!r}")
+        if self.source_selection not in SOURCE_SELECTIONS:
+            raise ValueError(f"source_selection must be one of {sorted(SOURCE_SELECTIONS)}, got {self.source_selection!r}")
         if self.source_loss not in ("soft_ce", "centred"):
             raise ValueError(f"source_loss must be 'soft_ce' or 'centred', got {self.source_loss!r}")
         if self.student_target is None:
@@ -234,6 +241,30 @@ def nhwc(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
 
 
+def _balanced_sources(logits: torch.Tensor, k: int, num_classes: int) -> torch.Tensor:
+    """k candidates, k/K per class the student predicts, most confident first (the classes a data-free prior rarely
+    reaches get as many new images as the ones it floods)."""
+    probs = F.softmax(logits.float(), 1)
+    conf, cls = probs.max(1)
+    per = -(-k // num_classes)
+    keep = torch.cat([(cls == c).nonzero().squeeze(1)[conf[cls == c].argsort(descending=True)[:per]] for c in range(num_classes)])
+    if len(keep) < k:  # classes the student never predicts: fill with the least confident of the rest
+        rest = torch.ones(len(logits), dtype=torch.bool)
+        rest[keep] = False
+        others = rest.nonzero().squeeze(1)
+        keep = torch.cat([keep, others[conf[others].argsort()[: k - len(keep)]]])
+    return keep[:k]
+
+
+def _uncertain_sources(logits: torch.Tensor, k: int, num_classes: int) -> torch.Tensor:
+    """The k candidates the student is least sure about (highest predictive entropy): uncertainty sampling."""
+    p = F.softmax(logits.float(), 1)
+    return (-(p * p.clamp_min(1e-12).log()).sum(1)).argsort(descending=True)[:k]
+
+
+# how a release picks its new source images from the student's logits on the candidates (post-processing)
+SOURCE_SELECTIONS = {"balanced": _balanced_sources, "uncertain": _uncertain_sources}
+
 TEACHER_BATCH = 1024  # rows per teacher call (the teacher runs in inference mode; larger batches amortise call overhead)
 INPUT_FLOATS_PER_CALL = 2**23  # and at most this many input floats per call (32 MB): 55 rows of 3×224×224
 
@@ -286,6 +317,8 @@ class Dpdfd:
         # no input is answered twice in the run and the per-answer accountant's m_max is 1 (accounting/accountant.py)
         self.answered = torch.empty(0, dtype=torch.int64)
         self._pending_hashes: Optional[torch.Tensor] = None
+        self.active_sources: Optional[torch.Tensor] = None  # the source images this release queries (None: all of them)
+        self._round = 1  # the round in progress (progress display)
         self.rng = torch.Generator(device="cpu").manual_seed(cfg.seed)
         self.num_classes = student_classes(student)
         self.chunk = TEACHER_BATCH
@@ -469,8 +502,10 @@ class Dpdfd:
         """Alg. 1 lines 2–10: synthesise B inputs, query the teacher, release noisy output gradients."""
         cfg, times = self.cfg, {}
         t0 = time.perf_counter()
+        self._phase(f"release {self._round}/{cfg.releases}: queries", cfg.batch_size, "rows")
         with phase("queries", items=cfg.batch_size):
             rows = self.distinct_prior_queries(cfg.batch_size) if self.store_z else self.distinct_queries(cfg.batch_size)
+        self._advance(cfg.batch_size)
         times["generator"] = time.perf_counter() - t0
         self._remember_answered()  # before the teacher sees them: a repeat stops the run before anything is released
         s_logits, g_noisy, times["teacher"], times["student"] = self._noisy_rows(rows)
@@ -495,6 +530,7 @@ class Dpdfd:
         mine = rows[self.world.shard(len(rows))]
         self.student.eval()
         s_parts, g_parts = [], []
+        self._phase(f"release {self._round}/{self.cfg.releases}: teacher", len(mine), "rows")
         with phase("teacher forward", items=len(mine)):
             for chunk in mine.split(self.chunk):
                 x = self._render(chunk)
@@ -505,6 +541,7 @@ class Dpdfd:
                 g_parts.append(per_sample_output_gradient(s_logits, t_logits.clone(), self.cfg))
                 s_parts.append(s_logits)
                 del t_logits
+                self._advance(len(chunk))
         t1 = time.perf_counter()
         with phase("release", items=len(rows)):
             g_noisy = self.mechanism.release(torch.cat(g_parts), total=len(rows))
@@ -519,7 +556,7 @@ class Dpdfd:
         def flat(z):
             return _flat_inputs(self.prior(z), self.cfg.amp)
 
-        z, _ = self.sample(n, self.prior.nz)
+        z = self._source_z(n)
         for round_ in range(max_rounds):
             h = torch.cat([_row_hash(flat(c)) for c in z.split(self.chunk)])
             keep = self._fresh(h, first_by_hash(h, lambda idx: flat(z[idx])))
@@ -529,9 +566,39 @@ class Dpdfd:
                 self._draw_hashes = h[:n]
                 return z[:n]
             if round_ + 1 < max_rounds:
-                z = torch.cat([z, self.sample(n - len(z), self.prior.nz)[0]])
+                z = torch.cat([z, self._source_z(n - len(z))])
         raise DpconvertError(f"the query source gave only {distinct} distinct inputs not answered before for a release of {n}: lower `batch_size` or `releases`, or give "
                              "more `public_data` images")
+
+    def _source_z(self, n: int) -> torch.Tensor:
+        """n draws of the prior's z; with ``active_sources``, views of those source images only (the first coordinate
+        of z picks the image, so it is set to land on an active one: base_index(z) is the same whatever is active)."""
+        z, _ = self.sample(n, self.prior.nz)
+        if self.active_sources is None:
+            return z
+        pick = self.active_sources[torch.randint(len(self.active_sources), (n,), generator=self.rng)]
+        u = (pick.double() + 0.05 + 0.9 * torch.rand(n, generator=self.rng, dtype=torch.float64)) / self.prior.num_bases
+        z[:, 0] = torch.special.ndtri(u).float().to(z.device)
+        return z
+
+    @torch.no_grad()
+    def choose_sources(self, release: int) -> None:
+        """Before release ``release`` (1-based): the source images it queries, ``new_sources_per_release`` of the ones
+        no release queried yet, picked by ``source_selection`` from the student (trained on released rows only)."""
+        k = self.cfg.new_sources_per_release
+        if not k or self.cfg.student_data != "sources":
+            return
+        queried = self.source_targets.active() if self.source_targets is not None else torch.empty(0, dtype=torch.long)
+        fresh = torch.ones(self.prior.num_bases, dtype=torch.bool)
+        fresh[queried] = False
+        candidates = fresh.nonzero().squeeze(1)
+        if release == 1 or not len(queried):
+            chosen = candidates[torch.randperm(len(candidates), generator=self.rng)[:k]]
+        else:
+            self.student.eval()
+            logits = _batched(self._student, self.prior.base_images(candidates), self.chunk).cpu()
+            chosen = candidates[SOURCE_SELECTIONS[self.cfg.source_selection](logits, k, self.num_classes)]
+        self.active_sources = chosen.sort().values
 
     def denoised_source_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(indices of the queried source images, their denoised targets): post-processing of the released rows."""
@@ -547,6 +614,7 @@ class Dpdfd:
         targets = targets.to(self.device)
         epochs = max(1, round(cfg.student_samples / max(len(idx), 1)))
         steps, n, total = epochs * -(-len(idx) // cfg.source_minibatch), 0, 0.0
+        self._phase(f"round {self._round}/{cfg.releases}: student", epochs * len(idx), "views")
         self.student.train()
         for _ in range(epochs):
             for b in torch.randperm(len(idx), generator=self.rng).split(cfg.source_minibatch):
@@ -566,7 +634,8 @@ class Dpdfd:
                 (loss * scale).backward()
                 self.opt_s.step()
                 total, n = total + loss.item(), n + 1
-            self._tick(kind="student_epoch", loss=total / max(n, 1))
+                self._advance(len(b))
+            self._advance(0, self._agreement_status())
         return total / max(n, 1)
 
     def score_targets(self, loglik: torch.Tensor) -> torch.Tensor:
@@ -587,6 +656,7 @@ class Dpdfd:
         total, n = 0.0, 0
         epochs = cfg.student_epochs if epochs is None else epochs
         steps = epochs * -(-len(x) // cfg.minibatch)
+        self._phase(f"round {self._round}/{cfg.releases}: student", epochs * len(x), "rows")
         for _ in range(epochs):
             for idx, scale in self.world.minibatches(torch.randperm(len(x), generator=self.rng), cfg.minibatch):
                 if cfg.lr_schedule == "cosine":
@@ -603,7 +673,8 @@ class Dpdfd:
                 (loss * scale).backward()
                 self.opt_s.step()
                 total, n = total + loss.item(), n + 1
-            self._tick(kind="student_epoch", loss=total / max(n, 1))
+                self._advance(len(idx) * self.world.size)  # the whole minibatch (each rank trains on its part)
+            self._advance(0, self._agreement_status())
         return total / max(n, 1)
 
     @torch.no_grad()
@@ -666,11 +737,19 @@ class Dpdfd:
         finally:
             self.student.train(was_training)
 
-    def _tick(self, **info) -> None:
+    def _phase(self, name: str, total: int, unit: str) -> None:
+        """Progress: a named phase of ``total`` units starts (the CLI draws one bar per phase)."""
         if getattr(self, "on_progress", None):
-            info["releases"] = self.accountant.count(NormalisedGaussianRelease.mechanism)
-            info["agreement"] = self.holdout_agreement()
-            self.on_progress(info)
+            self.on_progress({"kind": "phase", "name": name, "total": int(total), "unit": unit})
+
+    def _advance(self, done: int, status: str = "") -> None:
+        if getattr(self, "on_progress", None):
+            self.on_progress({"kind": "advance", "done": int(done), "status": status})
+
+    def _agreement_status(self) -> str:
+        """After student training: agreement with the teacher on the held-out synthetic batch (shown to the operator)."""
+        a = self.holdout_agreement()
+        return "" if a is None else f"agreement {a:.2f}"
 
     def train_generator(self) -> float:
         """Alg. 1 lines 13–14: L_S + L_G with the student as a fixed discriminator (post-processing)."""
@@ -679,6 +758,7 @@ class Dpdfd:
         for p in self.student.parameters():
             p.requires_grad_(False)
         total = 0.0
+        self._phase(f"round {self._round}/{cfg.releases}: generator", cfg.generator_steps, "steps")
         try:
             for _ in range(cfg.generator_steps):
                 z, labels = self.sample(cfg.gen_batch)
@@ -694,6 +774,7 @@ class Dpdfd:
                 loss.backward()
                 self.opt_g.step()
                 total += loss.item()
+                self._advance(1)
         finally:
             for p in self.student.parameters():
                 p.requires_grad_(True)
@@ -738,8 +819,9 @@ class Dpdfd:
         self.on_progress = on_progress
         for r in range(1, self.cfg.releases + 1):
             t0 = time.perf_counter()
+            self._round = r
+            self.choose_sources(r)
             times = self.release()
-            self._tick(kind="release", round=r)
             t1 = time.perf_counter()
             with phase("student training", items=self._student_items()):
                 ls = self.train_student()

@@ -407,10 +407,11 @@ class Dpdfd(Method):
 
 
 def _with_epsilon(on_progress, accountant, delta: float):
-    """Progress events carry the ε spent so far, computed here (the CLI only prints it)."""
+    """A phase's start carries the ε spent so far, computed here (the CLI only prints it); advances pass as they are
+    (they come every minibatch)."""
     if on_progress is None:
         return None
-    return lambda info: on_progress({**info, "epsilon": accountant.epsilon(delta=delta)})
+    return lambda info: on_progress({**info, "epsilon": accountant.epsilon(delta=delta)} if info["kind"] == "phase" else info)
 
 
 def generator_cost(accountant, teacher, delta: float, mechanism: dict):

@@ -124,8 +124,8 @@ def _train(run, opts, teacher, n, rng, on_progress) -> QuerySource:
     sub_run = replace(run, seed=run.seed + IN_RUN_SEED_OFFSET, method="dpdfd", eps=share, delta=run.delta / 2, noise_multiplier=None,
                       public_data=None, private_data=None)
     sub_opts = replace(g, generator=name, releases=max(g.releases, IN_RUN_MIN_RELEASES), accounting="composed")  # a cost composed again
-    def relay(info):  # the generator run's events, marked as its own; its time estimate passes as it is
-        on_progress(info if info["kind"] == "estimate" else {**info, "kind": "query_generator", "stage": info["kind"], "epsilon_share": share})
+    def relay(info):  # the generator run's phases, named as its own; its time estimate and advances pass as they are
+        on_progress({**info, "name": f"query generator: {info['name']}"} if info["kind"] == "phase" else info)
 
     relay = relay if on_progress else None
     dpdfd = METHODS.get("dpdfd").run(sub_run, sub_opts, teacher, None, relay)
