@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import io
 import math
+from pathlib import Path
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;font-size:14px}
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#eee;cursor:pointer}tr.fail td{background:#fde8e8}
@@ -51,7 +52,7 @@ def _svg(fig) -> str:
 
 
 def _scatter(results) -> str:
-    pts = [(r.recomputed_epsilon if r.recomputed_epsilon is not None else r.epsilon, r.accuracy, r.passed, r.scope) for r in results]
+    pts = [(r.recomputed_epsilon if r.recomputed_epsilon is not None else r.epsilon, r.accuracy, r.passed, r.scope, r.path) for r in results]
     pts = [p for p in pts if p[0] is not None and p[1] is not None and math.isfinite(p[0])]
     if not pts:
         return "<p>No card in this zoo reports utility, so there is no ε–accuracy plot.</p>"
@@ -60,13 +61,19 @@ def _scatter(results) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 3.6))
+    from matplotlib.ticker import LogLocator, NullFormatter
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for scope, marker in (("record", "o"), ("query", "s")):
         sel = [p for p in pts if p[3] == scope]
         if sel:
             ax.scatter([p[0] for p in sel], [p[1] for p in sel], marker=marker, c=["#176d2c" if p[2] else "#a11" for p in sel], label=f"scope {scope}")
+    for eps, acc, _, _, path in pts:  # every point says which model it is
+        ax.annotate(Path(path).stem, (eps, acc), xytext=(4, 3), textcoords="offset points", fontsize=7)
     ax.set(xlabel="ε (recomputed)", ylabel="accuracy (card, not DP-covered)", title="privacy vs utility")
     ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, numticks=6))
+    ax.xaxis.set_minor_formatter(NullFormatter())  # minor tick labels overlapped the major ones
     ax.legend(fontsize=8)
     return _svg(fig)
 

@@ -27,6 +27,24 @@ from dpconvert.version import __version__
 
 from .console import err, out, setup_logging
 
+def _no_type_on_flags() -> None:
+    """Typer's help prints a type for every option, ``<bool>`` on flags too, which reads as if a value were expected;
+    a flag's type is its presence, so it shows none."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "_dpconvert", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    display_type_rich._dpconvert = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_no_type_on_flags()
+
 app = typer.Typer(
     name="dpconvert",
     help="Convert a sensitive image classifier into a differentially private student, with a privacy card.\n\n"
@@ -45,7 +63,7 @@ DPSGD, ADLM = "DP-SGD (record-level, private labels)", "AdLM (record-level, pure
 P, D, S, A = PknnOptions(), DpdfdOptions(), DpsgdOptions(), AdlmOptions()
 
 # ------------------------------------------------------------------ shared options
-Arch = Annotated[Optional[str], typer.Option("--arch", help="Architecture for weights-only files: timm:NAME or a registered one (e.g. datalens_cnn).", rich_help_panel=TEACHER)]
+Arch = Annotated[Optional[str], typer.Option("--arch", help="Architecture for weights-only files: timm:NAME (or NAME) or a registered one (e.g. datalens_cnn). Default: recognised from the weights' keys and shapes for common timm families.", rich_help_panel=TEACHER)]
 NumClasses = Annotated[Optional[int], typer.Option("--num-classes", help="Number of classes (when the source does not say).", rich_help_panel=TEACHER)]
 InChans = Annotated[Optional[int], typer.Option("--in-chans", help="Input channels (e.g. 1 for grayscale timm models).", rich_help_panel=TEACHER)]
 InputSize = Annotated[Optional[str], typer.Option("--input-size", help="Input size C,H,W (e.g. 1,28,28).", rich_help_panel=TEACHER)]
@@ -176,6 +194,8 @@ def plan(
 @app.command()
 def convert(
     teacher: Annotated[str, typer.Argument(help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:digits.")],
+    arch: Arch = None, num_classes: NumClasses = None, in_chans: InChans = None, input_size: InputSize = None,
+    mean: Mean = None, std: Std = None, weights: Weights = None, trust_pickle: TrustPickle = False, device: Device = "cpu",
     out_path: Annotated[Path, typer.Option("--out", "-o", help="Output student, an .onnx file; the card goes to OUT.card.json / OUT.card.md.", rich_help_panel=OUTPUT)] = Path("student.onnx"),
     force: Annotated[bool, typer.Option("--force", help="Replace OUT (and its cards, a --save-generator file) if they exist.", rich_help_panel=OUTPUT)] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON at the end instead of the summary table.", rich_help_panel=OUTPUT)] = False,
@@ -232,8 +252,6 @@ def convert(
     relevance_share: Annotated[Optional[float], typer.Option("--relevance-share", help=f"Share of --eps for the private relevance release (default {A.relevance_share:g}).", rich_help_panel=ADLM)] = None,
     relevance_power: Annotated[Optional[float], typer.Option("--relevance-power", help=f"Noise redistribution: weight ∝ relevance^power (default {A.relevance_power:g}; 0 = uniform).", rich_help_panel=ADLM)] = None,
     pool: Annotated[Optional[int], typer.Option("--pool", help=f"ScatterNet coefficients pooled to pool×pool per channel (default {A.pool}).", rich_help_panel=ADLM)] = None,
-    device: Device = "cpu", arch: Arch = None, num_classes: NumClasses = None, in_chans: InChans = None, input_size: InputSize = None,
-    mean: Mean = None, std: Std = None, weights: Weights = None, trust_pickle: TrustPickle = False,
 ) -> None:
     """Convert TEACHER into a DP student (DPDFD, Private-kNN, DP-SGD or AdLM) with an ONNX export and a privacy card."""
     import shlex
@@ -370,7 +388,7 @@ def audit(
             raise DpconvertError("membership inference needs both --members and --non-members")
     except DpconvertError as e:
         _exit_usage(str(e))
-    print_audit(results)
+    print_audit(results, roots=paths)
     mia = {}
     if members is not None:
         try:
@@ -425,7 +443,7 @@ def card_show(
         return
     from rich.markdown import Markdown
 
-    out.print(Markdown(render_markdown(card).split("---\n", 2)[-1]))
+    out.print(Markdown(render_markdown(card).split("---\n", 2)[-1]), soft_wrap=False)  # wrapped at the terminal's width, never cut
 
 
 @card_app.command("verify")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.text import Text
+
 from .console import out
 
 
@@ -189,17 +191,40 @@ def print_summary(result, throughput: bool = False, show_timings: bool = False) 
     out.print(t)
 
 
-def print_audit(results) -> None:
+def display_path(path: str, roots=()) -> str:
+    """A model's path as people scan a zoo: relative to the audited folder it was found in (the folder named on the
+    command line), else as given."""
+    p = Path(path)
+    for root in roots or ():
+        r = Path(root)
+        if r.is_dir():
+            try:
+                return str(p.resolve().relative_to(r.resolve()))
+            except ValueError:
+                continue
+    return str(path)
+
+
+def _cut_left(text: str, width: int) -> str:
+    """Paths differ at their ends (the file name): cut what does not fit from the left."""
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def print_audit(results, roots=()) -> None:
     from rich.table import Table
 
     t = Table(title=f"dpconvert audit: {sum(r.passed for r in results)}/{len(results)} pass")
-    for col in ("model", "result", "ε (card / recomputed)", "δ", "scope", "record-level ε", "why"):
+    width = max(16, (out.width or 80) // 4)
+    t.add_column("model", no_wrap=True, max_width=width)
+    for col in ("result", "ε (card / recomputed)", "δ", "scope", "record-level ε"):
         t.add_column(col)
+    t.add_column("why", overflow="fold", ratio=1)
     for r in results:
         eps = "—" if r.epsilon is None else f"{r.epsilon:.4g} / {r.recomputed_epsilon:.4g}" if r.recomputed_epsilon is not None else f"{r.epsilon:.4g} / ?"
-        t.add_row(r.path, "[green]pass[/]" if r.passed else "[red]FAIL[/]", eps, "—" if r.delta is None else f"{r.delta:g}",
-                  r.scope or "—", "—" if r.record_level_epsilon is None else f"{r.record_level_epsilon:.4g}",
-                  "; ".join(r.failures()) or next((c.detail for c in r.checks if c.name == "card present" and "allowed" in c.detail), ""))
+        why = "; ".join(r.failures()) or next((c.detail for c in r.checks if c.name == "card present" and "allowed" in c.detail), "")
+        t.add_row(_cut_left(display_path(r.path, roots), width), "[green]pass[/]" if r.passed else "[red]FAIL[/]", eps,
+                  "—" if r.delta is None else f"{r.delta:g}", r.scope or "—",
+                  "—" if r.record_level_epsilon is None else f"{r.record_level_epsilon:.4g}", Text(why))
     out.print(t)
 
 
