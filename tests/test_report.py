@@ -34,6 +34,12 @@ def zoo_report(tmp_path_factory):
     d = tmp_path_factory.mktemp("zoo")
     zoo = d / "zoo"
     shutil.copytree(CRAFTED, zoo, ignore=shutil.ignore_patterns("expected.json"))
+    import json
+
+    card = json.loads((zoo / "dpdfd_genuine.card.json").read_text())  # one card with utility: the page draws its point
+    card["utility"] = {"evaluation_data": "digits", "examples": 450, "teacher_accuracy": 0.99, "student_accuracy": 0.9, "agreement": 0.9,
+                       "covered_by_guarantee": False, "note": "test"}
+    (zoo / "dpdfd_genuine.card.json").write_text(json.dumps(card))
     main_exit_code(["audit", zoo, "--html", d / "report.html", "--allow-seeded-noise"])  # forged cards fail: exit 1, report written
     return d / "report.html", len(list(zoo.glob("*.card.json")))
 
@@ -66,11 +72,13 @@ def test_report_renders_in_headless_chromium(zoo_report, tmp_path):
     from PIL import Image
 
     path, models = zoo_report
-    flags = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"]
+    flags = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run(flags + ["--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120).stdout
     p = _Rows()
     p.feed(dom)
     assert p.rows == models  # the browser built the table (after the page's script ran)
+    assert "privacy vs utility" in dom and "dpdfd_genuine" in dom.split("<svg", 1)[1]  # the plot, its title and its point's label
     shot = tmp_path / "shot.png"
     subprocess.run(flags + [f"--screenshot={shot}", path.as_uri()], capture_output=True, timeout=120)
     img = Image.open(shot).convert("L")
