@@ -170,6 +170,7 @@ def test_markdown_summary_and_pre_commit_hook(cli, zoo, tmp_path):
     assert hooks[0]["id"] == "dpconvert-audit" and hooks[0]["entry"] == "dpconvert audit"
 
 
+@pytest.mark.slow
 def test_a_large_zoo_is_audited_in_parallel_with_the_same_results(tmp_path):
     """Above PARALLEL_FROM models the audit runs on every core; the results (and their order) are the sequential ones."""
     from dpconvert.auditing.audit import PARALLEL_FROM, Policy, audit, audit_model, discover

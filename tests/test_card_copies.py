@@ -202,6 +202,7 @@ def test_a_large_delta_needs_an_opt_in_that_the_card_and_the_audit_show(tmp_path
     assert _failures(cli, tmp_path, tmp_path / "s.onnx", "--max-delta", "0.5")[0] == 0
 
 
+@pytest.mark.slow
 def test_the_default_delta_does_not_warn_on_the_default_run(tmp_path, cli):
     """δ is tied to the number of protected answers, so the quick start's card carries no δ warning."""
     from dpconvert.methods.dpdfd import default_batch_size

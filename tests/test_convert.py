@@ -249,6 +249,7 @@ def test_an_existing_out_is_replaced_only_with_force(tmp_path, cli):
     assert cli("builtin:digits", "--out", out, *FAST, "--seed", "1", "--force")[0] == 0 and out.read_bytes() != before
 
 
+@pytest.mark.slow
 def test_a_full_disk_leaves_no_file(tmp_path):
     """The conversion runs, then writing the ONNX model fails (a file-size limit stands in for a full disk): one line,
     exit 1, and no file at all in the folder (the temp files were registered before they were created)."""

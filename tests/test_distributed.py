@@ -137,6 +137,7 @@ def _outputs(path: Path, x: np.ndarray):
     ["--method", "pknn", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits:test", "--k", "40",
      "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "3", "--eps", "4", "--delta", "1e-4"],
 ], ids=["dpdfd", "pknn"])
+@pytest.mark.slow
 def test_torchrun_conversion_writes_the_one_process_card_and_student(flags, tmp_path):
     """Seeded noise and a student without batch statistics (ScatterNet + GroupNorm): two processes give the card and
     the student of one process. (BatchNorm students differ by each rank's batch statistics; SyncBatchNorm is CUDA-only.)"""

@@ -106,6 +106,7 @@ def test_one_event_is_recorded_for_the_one_release():
         {"mechanism": "subsampled_gaussian", "params": {"sigma": 1.0, "clip": 1.0, "sampling_rate": 1.0}, "count": 1}]
 
 
+@pytest.mark.slow
 def test_pknn_on_embedding_gan_queries_end_to_end_and_a_forged_card_is_caught(tmp_path, cli):
     from dpconvert.auditing.card_checks import check_card
 

@@ -89,6 +89,7 @@ def test_composed_epsilon_matches_an_independent_composition():
     assert got["epsilon"] == min(got["rdp_joint"], got["basic_composition_half_delta_each"])
 
 
+@pytest.mark.slow
 def test_pknn_on_dpgan_queries_end_to_end(tmp_path, cli):
     from dpconvert.auditing.card_checks import check_card
 
@@ -156,6 +157,7 @@ def test_synthetic_labels_are_the_classes_the_images_were_drawn_for():
     assert torch.equal(x[:, 0, 0, 0].long(), y) and torch.bincount(y).tolist() == [30] * 10
 
 
+@pytest.mark.slow
 def test_synthetic_data_teaches_the_real_classes(tmp_path):
     """End to end at a large ε: a nearest-class-mean classifier fitted on the synthetic set beats chance by far on
     real digits (mismatched labels give ~10 %)."""

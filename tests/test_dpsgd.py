@@ -39,6 +39,7 @@ def test_the_noisy_count_is_charged():
 
 @settings(max_examples=8, deadline=None)
 @given(eps=st.floats(0.3, 4.0), q=st.floats(0.02, 0.3), epochs=st.integers(1, 10))
+@pytest.mark.slow
 def test_calibrated_sigma_never_overshoots_and_is_nearly_smallest(eps, q, epochs):
     steps = epochs * int(1 / q)
     sigma = dpsgd_sigma(eps=eps, delta=1e-5, sampling_rate=q, steps=steps, count_sigma=100.0)

@@ -118,6 +118,7 @@ def test_generator_costing_more_than_eps_is_refused(saved_generator, tmp_path, c
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_pknn_with_a_generator_trained_in_the_same_run(tmp_path, cli):
     """--query-generator train: DPDFD at the generator's share of ε (δ/2), then Private-kNN on its samples, composed."""
     from dpconvert.generators.saved import load_saved_generator

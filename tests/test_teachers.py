@@ -150,6 +150,7 @@ def test_pickled_timm_module_needs_only_its_input_size(tmp_path):
     assert t.spec.mean == tuple(rgb.pretrained_cfg["mean"])
 
 
+@pytest.mark.slow
 def test_imagenet_shaped_timm_checkpoint_converts_end_to_end(tmp_path, cli):
     """The user's `dpconvert resnet34.pt --arch timm:resnet34` path, scaled down: a 1 000-class timm checkpoint (timm's
     tiny test_resnet) at 3×40×40 from a local file, the default large-input student, a time estimate up front."""
