@@ -24,6 +24,7 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
             eval_data: Optional[str] = None, private_data: Optional[str] = None, public_data: Optional[str] = None,
             pixel_range: Optional[float] = None, seeded_noise: bool = False, sign_key: Optional[str] = None,
             allow_large_delta: bool = False, class_names: Optional[list[str]] = None, no_privacy: bool = False, force: bool = False,
+            teacher_card: Optional[str] = None, trusted_keys: Optional[str] = None,
             loader=None, command: Optional[str] = None, on_plan: Optional[Callable[[dict], None]] = None,
             on_progress: Optional[Callable[[dict], None]] = None, **method_options):
     """Convert ``teacher`` into a DP student at ``out`` (ONNX) with its privacy card; returns a ``ConvertResult``.
@@ -43,6 +44,7 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
     given = dict(method=method, eps=eps, delta=delta, allow_large_delta=allow_large_delta, noise_multiplier=noise_multiplier, seed=seed,
                  student=student, eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range,
                  class_names=class_names, seeded_noise=seeded_noise, no_privacy=no_privacy, force=force,
+                 teacher_card=None if teacher_card is None else str(teacher_card), trusted_keys=None if trusted_keys is None else str(trusted_keys),
                  sign_key=None if sign_key is None else str(sign_key), command=command)
     from .pipeline import check_output_path
 

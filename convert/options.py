@@ -46,6 +46,8 @@ class RunOptions:
     seeded_noise: bool = False  # opt-in for tests/benchmarks: the noise from `seed` (not secret; the card says so)
     sign_key: Optional[str] = None  # Ed25519 private key: the card is signed before it is written
     force: bool = False  # replace existing outputs (the model, its cards, a saved generator)
+    teacher_card: Optional[str] = None  # the teacher's own privacy card (a DP-trained teacher passes its guarantee on)
+    trusted_keys: Optional[str] = None  # public keys a teacher card's signature must verify against
     no_privacy: bool = False  # opt-in for a non-private comparison student: σ = 0, ε = ∞ (the card says so; every audit fails it)
     parity_inputs: int = 256  # inputs of the ONNX-vs-torch parity check
     command: Optional[str] = None  # the command line, for the card

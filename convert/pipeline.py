@@ -72,6 +72,7 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
     with Profile() as profile:
         with phase("load teacher"):
             teacher = load_teacher(teacher_source, load_options or LoadOptions(device=run.device))
+        inherited = teacher_guarantee(teacher_source, teacher, run)  # before the long work: a bad teacher card fails now
         if run.class_names is not None and len(run.class_names) != teacher.spec.num_classes:
             raise DpconvertError(f"`class_names` lists {len(run.class_names)} classes but the teacher has {teacher.spec.num_classes}; "
                                  "list every class in label order")
@@ -89,12 +90,51 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
         if eval_ds is not None:
             with phase("evaluation", items=2 * len(eval_ds)):
                 utility = evaluate(teacher, result.student, eval_ds)
-        card = _write_outputs(teacher_source, teacher, out, run, result, utility, reason, signing_key, profile, world)
+        card = _write_outputs(teacher_source, teacher, out, run, result, utility, reason, signing_key, profile, world, inherited)
     for w in card.data["warnings"]:
         log.warning("warning: %s", w)
     from dpconvert.zoo_cards import card_paths
 
     return ConvertResult(out, *card_paths(out), card, time.perf_counter() - start, result.rounds, name, profile.to_dict())
+
+
+def teacher_guarantee(source: str, teacher, run: RunOptions) -> Optional[dict]:
+    """The ``teacher.guarantee`` block when the teacher is an ONNX model with a privacy card (``teacher_card``, or the
+    one embedded in it) that verifies: its record-level guarantee holds for the student too (post-processing). An
+    explicit ``teacher_card`` that does not verify is an error; an embedded one is passed over with a warning."""
+    from dpconvert.auditing.teacher_guarantee import inherited_guarantee
+    from dpconvert.io.teachers import NORMALISATION_UNKNOWN
+    from dpconvert.zoo_cards import PrivacyCard, extract_card, model_sha256
+    from dpconvert.zoo_cards.onnx_meta import load_onnx
+
+    explicit = run.teacher_card is not None
+    if teacher.kind != "onnx":
+        if explicit:
+            raise DpconvertError("`teacher_card` needs the teacher as the ONNX model its card describes (the card binds its graph's hash)")
+        return None
+    proto = load_onnx(source)
+    try:
+        card = PrivacyCard.read(run.teacher_card) if explicit else extract_card(proto, Path(source).name)
+        if card is None:
+            return None
+        trusted = None
+        if run.trusted_keys is not None:
+            from dpconvert.zoo_cards.signing import load_trusted_keys
+
+            trusted = load_trusted_keys(run.trusted_keys)
+        block = inherited_guarantee(card.data, model_sha256(proto), trusted)
+    except DpconvertError as e:
+        if explicit:
+            raise
+        teacher.warnings.append(f"the teacher's embedded privacy card is not passed on to the student ({e})")
+        return None
+    if NORMALISATION_UNKNOWN in teacher.warnings and card.data["model"].get("mean"):  # the card says how inputs are normalised
+        import dataclasses
+
+        m = card.data["model"]
+        teacher.spec = dataclasses.replace(teacher.spec, mean=tuple(m["mean"]), std=tuple(m["std"]))
+        teacher.warnings.remove(NORMALISATION_UNKNOWN)
+    return block
 
 
 def _signing_key(path: Optional[str]):
@@ -106,7 +146,7 @@ def _signing_key(path: Optional[str]):
 
 
 def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: MethodOutput, utility, reason: str, signing_key=None, profile=None,
-                   world=None):
+                   world=None, inherited=None):
     from dpconvert.accounting.statements import (DELTA_CEILING, LARGE_DELTA_PREFIX, PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1,
                                                   WEAK_PARITY_PREFIX)
     from dpconvert.io.export import OPSET, export_onnx, parity
@@ -139,7 +179,8 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
             "input_shape": [None, *spec.shape], "mean": list(spec.mean), "std": list(spec.std), "num_classes": spec.num_classes,
             "class_names": list(run.class_names) if run.class_names else None, "num_params": int(sum(p.numel() for p in student.parameters())), "architecture": r.student_name,
         },
-        "teacher": {"source": teacher_source, "kind": teacher.kind, "sha256": teacher.sha256, "architecture": teacher.arch, "trained_with_dp": None},
+        "teacher": {"source": teacher_source, "kind": teacher.kind, "sha256": teacher.sha256, "architecture": teacher.arch,
+                    "trained_with_dp": True if inherited else None, **({"guarantee": inherited} if inherited else {})},
         "guarantee": r.guarantee,
         "accounting": r.accounting,
         "mechanism": {**r.mechanism, "method_choice": reason},

@@ -96,6 +96,11 @@ def render_markdown(card: PrivacyCard) -> str:
               f"- input {_seq(m['input_shape'])}, mean {_seq(m.get('mean'))}, std {_seq(m.get('std'))}, {_fmt(m['num_classes'])} classes, "
               f"{_fmt(m.get('num_params'))} parameters, architecture {code(m.get('architecture'))}",
               f"- teacher: {code(d['teacher']['source'])} ({text(d['teacher']['kind'])}), sha256 {code(d['teacher'].get('sha256'))}"]
+    tg = d["teacher"].get("guarantee")
+    if tg:
+        lines.append(f"- the teacher was trained with DP: record-level (ε, δ) = ({_fmt(tg['epsilon'])}, {_fmt(tg['delta'])}) from its verified "
+                     "card (on this card as `teacher.guarantee`); the student depends on the private records only through the teacher, so "
+                     "that guarantee holds for it too")
     if d.get("export"):
         p = d["export"].get("parity", {})
         lines.append(f"- ONNX check: {text(d['export'].get('onnx_checker'))}; onnxruntime vs torch on {_fmt(p.get('inputs'))} inputs: "

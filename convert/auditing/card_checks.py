@@ -189,10 +189,28 @@ def _check_warnings(p: Problems, accountant, data: dict) -> None:
 
 
 def _check_teacher(p: Problems, data: dict) -> None:
+    """``trained_with_dp`` only beside a ``teacher.guarantee`` whose teacher card verifies again here (ε recomputed,
+    record scope, secret noise, the model hash it was verified against)."""
+    from .teacher_guarantee import teacher_card_problem
+
     teacher = data.get("teacher")
-    if isinstance(teacher, dict):
+    if not isinstance(teacher, dict):
+        return
+    g = teacher.get("guarantee")
+    if g is None:
         p.check(teacher.get("trained_with_dp") is None, "teacher.trained_with_dp",
                 "set, but the card carries no verified guarantee of the teacher (dpconvert records it only from a verified teacher card)")
+        return
+    p.check(teacher.get("trained_with_dp") is True, "teacher.trained_with_dp", "must be true beside a teacher.guarantee")
+    if not p.check(isinstance(g, dict) and isinstance(g.get("card"), dict), "teacher.guarantee.card", "missing: the teacher's card is the proof"):
+        return
+    problem = teacher_card_problem(g["card"], g.get("model_sha256"))
+    if not p.check(problem is None, "teacher.guarantee.card", f"does not verify: {problem}"):
+        return
+    true, _ = check_card(g["card"])
+    _claims_at_least(p, g.get("epsilon"), true["epsilon"], "teacher.guarantee.epsilon")
+    _same(p, g, "delta", g["card"]["guarantee"]["delta"], "teacher.guarantee")
+    p.check(g.get("scope") == "record", "teacher.guarantee.scope", "must be record (derived from the teacher card's accountant)")
 
 
 def _check_events(p: Problems, accountant, data: dict) -> None:

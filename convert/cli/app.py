@@ -196,6 +196,8 @@ def convert(
     teacher: Annotated[str, typer.Argument(help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:digits.")],
     arch: Arch = None, num_classes: NumClasses = None, in_chans: InChans = None, input_size: InputSize = None,
     mean: Mean = None, std: Std = None, weights: Weights = None, trust_pickle: TrustPickle = False, device: Device = "cpu",
+    teacher_card: Annotated[Optional[Path], typer.Option("--teacher-card", help="The teacher's own dpconvert privacy card (default: the one embedded in an ONNX teacher). When it verifies (record-level, ε recomputed, weights match, secret noise; signed by a key in --trusted-keys when given), the student's card carries the teacher's record-level guarantee too.", rich_help_panel=TEACHER)] = None,
+    trusted_keys: Annotated[Optional[Path], typer.Option("--trusted-keys", help="Public keys (a folder of *.pub) a teacher card's signature must verify against.", rich_help_panel=TEACHER)] = None,
     out_path: Annotated[Path, typer.Option("--out", "-o", help="Output student, an .onnx file; the card goes to OUT.card.json / OUT.card.md.", rich_help_panel=OUTPUT)] = Path("student.onnx"),
     force: Annotated[bool, typer.Option("--force", help="Replace OUT (and its cards, a --save-generator file) if they exist.", rich_help_panel=OUTPUT)] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON at the end instead of the summary table.", rich_help_panel=OUTPUT)] = False,
@@ -274,7 +276,7 @@ def convert(
             teacher, out=out_path, method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, seed=seed, device=device,
             student=student, eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range,
             seeded_noise=seeded_noise, sign_key=sign_key, allow_large_delta=allow_large_delta, class_names=_class_names(class_names),
-            no_privacy=no_privacy, force=force, command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            no_privacy=no_privacy, force=force, teacher_card=teacher_card, trusted_keys=trusted_keys, command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             loader=_load_options(arch, num_classes, in_chans, input_size, mean, std, weights, trust_pickle, device),
             on_plan=reporter.plan, on_progress=reporter.tick, **method_options)
     finally:
