@@ -9,7 +9,7 @@ import torch
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-PKNN = ["--private-data", "builtin:digits:train", "--public-data", "builtin:digits", "--k", "40", "--sampling-rate", "0.3",
+PKNN = ["--method", "pknn", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits", "--k", "40", "--sampling-rate", "0.3",
         "--sigma1", "20", "--epochs", "2", "--queries", "300", "--delta", "1e-4", "--eps", "8"]
 
 

@@ -94,7 +94,7 @@ def tiny_run(tmp_path_factory):
     from conftest import main_exit_code
 
     out = tmp_path_factory.mktemp("pknn") / "student.onnx"
-    assert main_exit_code(["builtin:digits", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits",
+    assert main_exit_code(["builtin:digits", "--method", "pknn", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits",
                            "--eps", "8", "--delta", "1e-4", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "3",
                            "--out", out]) == 0
     return out
@@ -126,7 +126,7 @@ def test_bad_pknn_inputs(tmp_path, cli, extra, needle):
     np.savez(tmp_path / "nolabels.npz", x=rng.random((50, 8, 8)))
     np.savez(tmp_path / "fewclasses.npz", x=rng.random((60, 8, 8)), y=np.arange(60) % 3)
     np.savez(tmp_path / "empty.npz", x=np.zeros((0, 8, 8)))
-    base = {"--private-data": "builtin:digits:train", "--public-data": "builtin:digits"}
+    base = {"--method": "pknn", "--private-data": "builtin:digits:train", "--public-data": "builtin:digits"}
     args = dict(base)
     extra = [a.format(d=tmp_path) for a in extra]
     flags = []
@@ -179,7 +179,7 @@ def test_canary_audit_detects_a_leaky_mechanism():
 
 def test_canary_run_bound_below_card_eps(tmp_path, cli):
     out = tmp_path / "canary.onnx"
-    code, stdout, stderr = cli("builtin:digits", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits",
+    code, stdout, stderr = cli("builtin:digits", "--method", "pknn", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits",
                                "--eps", "8", "--delta", "1e-4", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20",
                                "--epochs", "2", "--rounds", "1", "--canaries", "200", "--out", out)
     assert code == 0, stderr
@@ -320,7 +320,7 @@ def test_timm_backbone_features_errors(tmp_path):
 def test_pknn_cli_with_a_timm_backbone(public_backbone, tmp_path, cli):
     path, _ = public_backbone
     out = tmp_path / "s.onnx"
-    code, _, err = cli("builtin:digits", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits", "--eps", "8",
+    code, _, err = cli("builtin:digits", "--method", "pknn", "--private-data", "builtin:digits:train", "--public-data", "builtin:digits", "--eps", "8",
                        "--delta", "1e-4", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "1", "--rounds", "1",
                        "--features", f"timm:resnet10t@{path}", "--out", out)
     assert code == 0, err

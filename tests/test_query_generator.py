@@ -11,7 +11,7 @@ from dpconvert.accounting import DpdfdAccountant, PknnAccountant
 from dpconvert.auditing.card_checks import check_card
 
 DPDFD_FAST = ["--steps", "2", "--batch-size", "1500", "--epochs", "1", "--generator", "dafl_small"]
-PKNN_FAST = ["--private-data", "builtin:digits:train", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "2",
+PKNN_FAST = ["--method", "pknn", "--private-data", "builtin:digits:train", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "2",
              "--queries", "300", "--delta", "1e-4"]
 
 

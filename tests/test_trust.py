@@ -20,7 +20,7 @@ from dpconvert.zoo_cards import PrivacyCard, embed_card
 CRAFTED = Path(__file__).parent / "fixtures" / "crafted_cards"
 EXPECTED = json.loads((CRAFTED / "expected.json").read_text())
 FAST = ["--steps", "2", "--batch-size", "1500", "--epochs", "1"]
-PKNN_FAST = ["--private-data", "builtin:digits:train", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "2",
+PKNN_FAST = ["--method", "pknn", "--private-data", "builtin:digits:train", "--k", "40", "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "2",
              "--queries", "300", "--delta", "1e-4"]
 
 
@@ -149,7 +149,7 @@ def test_private_set_size_and_data_dependent_checks_stay_off_the_card(tmp_path, 
     y = rng.integers(0, 9, n)  # class 9 never appears
     np.savez(tmp_path / "private.npz", x=x, y=y)
     out = tmp_path / "s.onnx"
-    code, _, err = cli("builtin:digits", "--private-data", tmp_path / "private.npz", "--public-data", "builtin:digits", "--k", "200",
+    code, _, err = cli("builtin:digits", "--method", "pknn", "--private-data", tmp_path / "private.npz", "--public-data", "builtin:digits", "--k", "200",
                        "--sampling-rate", "0.3", "--sigma1", "20", "--epochs", "1", "--queries", "200", "--eps", "8", "--delta", "1e-2",
                        "--allow-large-delta", "--out", out)
     assert code == 0, err  # k=200 > γn/2 ≈ 92 and a missing class: console notes, no abort

@@ -72,7 +72,7 @@ class DpSgdMethod(Method):
     def check(self, run, opts: DpsgdOptions, out=None) -> None:
         if not run.private_data:
             raise DpconvertError("DP-SGD trains on the private training data: give `private_data` PATH (labelled)")
-        if run.public_data:
+        if run.public_data and run.method != "auto":  # auto says in its reason that the public queries go unused
             raise DpconvertError("DP-SGD learns from the private records' own labels and uses no queries: drop `public_data` "
                                  "(or use `method` pknn, which labels public queries)")
         if run.noise_multiplier is not None:
