@@ -160,7 +160,7 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
     warnings = list(teacher.warnings) + list(r.warnings)
     delta = r.guarantee["delta"]
     if delta > DELTA_CEILING:  # only with `allow_large_delta`; the audit fails it unless its policy admits this δ
-        warnings.append(f"{LARGE_DELTA_PREFIX} {DELTA_CEILING:g}: δ = {delta:g} (allowed by --allow-large-delta); the guarantee may fail "
+        warnings.append(f"{LARGE_DELTA_PREFIX} {DELTA_CEILING:g}: δ = {delta:g} (allowed by `allow_large_delta`); the guarantee may fail "
                         "outright with this probability")
     with phase("export"):
         proto = export_onnx(student, spec.shape)
@@ -172,7 +172,7 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
         "schema_version": "1.0",
         "dpconvert_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": run.command or f"dpconvert {shlex.quote(teacher_source)} --out {shlex.quote(out.name)}",
+        "command": run.command or f"dpconvert {shlex.quote(teacher_source)} `out` {shlex.quote(out.name)}",
         "seed": run.seed,
         "model": {
             "file": out.name, "sha256": model_sha256(proto), "sha256_method": SHA256_METHOD, "format": "onnx", "opset": OPSET,

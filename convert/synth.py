@@ -94,7 +94,7 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
                        "note": ACCOUNTING_NOTE[gan_opts.critic]},
         "mechanism": {"method": "dp-critic-gan", **result.mechanism, "config": {**asdict(gan_opts), "seed": seed}},
         "warnings": ([SEEDED_WARNING] if seeded_noise else []) + ([f"{LARGE_DELTA_PREFIX} {DELTA_CEILING:g}: δ = {delta:g} (allowed by "
-                                                                   "--allow-large-delta)"] if delta > DELTA_CEILING else []),
+                                                                   "`allow_large_delta`)"] if delta > DELTA_CEILING else []),
     }).validate("generated data card")
     if sign_key is not None:
         from .zoo_cards.signing import sign_card

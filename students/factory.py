@@ -40,4 +40,4 @@ def create_timm(name: str, spec: InputSpec, *, pretrained: bool) -> nn.Module:
     try:
         return timm.create_model(name, pretrained=pretrained, **kwargs)
     except RuntimeError as e:
-        raise DpconvertError(f"could not create timm model {name!r}: {str(e).splitlines()[0]}; check --num-classes/--in-chans match the weights") from None
+        raise DpconvertError(f"could not create timm model {name!r}: {str(e).splitlines()[0]}; check `num_classes`/`in_chans` match the weights") from None

@@ -146,3 +146,26 @@ def test_ruff_is_clean():
 
     r = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_library_never_speaks_in_flags():
+    """Outside ``convert/cli/`` no string literal (docstrings aside) names a ``--flag``: the library names its parameters
+    in backticks, and the CLI renders them as its flags (``cli/flags.py``), so a Python user is never told to type one."""
+    import ast
+    import re
+    from pathlib import Path
+
+    flag = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+    root = Path(__file__).resolve().parents[1]
+    hits = []
+    for folder in ("convert", "zoo_cards", "generators", "students"):
+        for f in (root / folder).rglob("*.py"):
+            rel = f.relative_to(root)
+            if rel.parts[:2] == ("convert", "cli") or f.name == "train_digits_teacher.py":  # the CLI, and a script's own argparse
+                continue
+            tree = ast.parse(f.read_text())
+            docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                    and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+            hits += [f"{rel}:{n.lineno}" for n in ast.walk(tree)
+                     if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs and flag.search(n.value)]
+    assert not hits, hits

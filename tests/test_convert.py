@@ -92,10 +92,10 @@ def test_noise_is_secret_by_default_and_seeded_noise_is_an_audited_opt_in(tmp_pa
         cards[name] = PrivacyCard.read(tmp_path / f"{name}.card.json")
     seeded, s1 = cards["seeded.onnx"].data, cards["secret1.onnx"].data
     assert s1["mechanism"]["noise_secret"] is True and s1["mechanism"]["noise_rng"] == SECRET_RNG  # no mechanism seed written
-    assert not any("--seeded-noise" in w for w in s1["warnings"])
+    assert not any("`seeded_noise`" in w for w in s1["warnings"])
     assert cards["secret1.onnx"].model_sha256 != cards["secret2.onnx"].model_sha256  # same --seed, fresh noise
     assert seeded["mechanism"]["noise_secret"] is False and "seeded with 4" in seeded["mechanism"]["noise_rng"]
-    assert any("--seeded-noise" in w for w in seeded["warnings"])
+    assert any("`seeded_noise`" in w for w in seeded["warnings"])  # the card names the parameter
     assert s1["guarantee"]["epsilon"] == seeded["guarantee"]["epsilon"]  # same mechanism, same ε
     code, outp, _ = cli("audit", tmp_path / "seeded.onnx")
     assert code == 1 and "secret noise" in outp

@@ -73,7 +73,7 @@ def test_npz_float_outside_unit_range_is_refused_not_rescaled(tmp_path):
     """The finding: one pixel of 1.5 used to divide the whole file by 255."""
     x = np.random.default_rng(0).random((5, 8, 8)).astype(np.float32)
     x[-1, 0, 0] = 1.5
-    with pytest.raises(DpconvertError, match="--pixel-range"):
+    with pytest.raises(DpconvertError, match="`pixel_range`"):
         load_data(_write_npz(tmp_path / "d.npz", x, np.zeros(5, int)), SPEC)
 
 
@@ -81,7 +81,7 @@ def test_npz_declared_pixel_range(tmp_path):
     x = np.random.default_rng(0).integers(0, 256, (4, 8, 8)).astype(np.float32)
     ds = load_data(_write_npz(tmp_path / "d.npz", x, np.zeros(4, int)), InputSpec(1, 8, 8, 3), pixel_range=255)
     assert torch.allclose(ds.x[:, 0], torch.from_numpy(x / 255.0).float(), atol=1e-6)
-    with pytest.raises(DpconvertError, match="--pixel-range"):
+    with pytest.raises(DpconvertError, match="`pixel_range`"):
         load_data(_write_npz(tmp_path / "i.npz", x.astype(np.int64), np.zeros(4, int)), SPEC)
 
 

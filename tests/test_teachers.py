@@ -49,7 +49,7 @@ def test_graph_sources_match_original(models, name, kind, tol):
 
 def test_pickled_module_needs_trust_flag(models):
     path = str(models["dir"] / "cnn_pickled.pt")
-    with pytest.raises(DpconvertError, match="--trust-pickle") as e:
+    with pytest.raises(DpconvertError, match="`trust_pickle`") as e:
         load_teacher(path, LoadOptions(input_size=(1, 28, 28), num_classes=10))
     assert "arbitrary code" in str(e.value)
     t = load_teacher(path, LoadOptions(input_size=(1, 28, 28), num_classes=10, trust_pickle=True))

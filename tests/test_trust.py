@@ -267,7 +267,7 @@ def test_large_delta_for_the_number_of_answers_is_warned(tmp_path, cli):
                        "--out", tmp_path / "s.onnx")
     assert code == 0, err
     warnings = json.loads((tmp_path / "s.onnx.card.json").read_text())["warnings"]
-    assert any("1/(B·T) = 1/20000" in w and "--delta 1e-05" in w for w in warnings), warnings
+    assert any("1/(B·T) = 1/20000" in w and "`delta` 1e-05" in w for w in warnings), warnings
 
 
 # ------------------------------------------------------------------ public-image queries: the per-image ε

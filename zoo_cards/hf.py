@@ -53,7 +53,7 @@ def render_hf_model_card(card: PrivacyCard, *, license: str = "other") -> str:
     verify = ["", "## Verify this card", "", "```", f"pip install dpconvert && dpconvert audit {json.dumps(m['file'])}", "```", "",
               "The audit recomputes every ε from the accountant events on this card, checks the model's sha256 and that this README is "
               "exactly the one rendered from the card below"
-              + (f"; the card is signed by key {code(d['signature']['key_id'])} (verify with `--trusted-keys`)." if d.get("signature") else ".")]
+              + (f"; the card is signed by key {code(d['signature']['key_id'])} (verify with ``trusted_keys``)." if d.get("signature") else ".")]
     machine = ["", "## Privacy card (machine-readable)", "", "`dpconvert audit` reads this copy when the model file has no embedded card and no",
                "sidecar `*.card.json` is present; where several copies exist they must agree.", "", HF_CARD_MARKER, "```json",
                card.to_json().rstrip(), "```"]

@@ -105,9 +105,9 @@ def load_trusted_keys(path: str | Path) -> dict:
     elif p.is_file():
         files = [p]
     else:
-        raise DpconvertError(f"--trusted-keys {path}: no such file or directory; give a folder of *.pub keys")
+        raise DpconvertError(f"`trusted_keys` {path}: no such file or directory; give a folder of *.pub keys")
     if not files:
-        raise DpconvertError(f"--trusted-keys {path}: no *.pub keys in it")
+        raise DpconvertError(f"`trusted_keys` {path}: no *.pub keys in it")
     keys = {}
     for f in files:
         k = _load_public_key(f)
@@ -137,7 +137,7 @@ def verify_card(card: PrivacyCard, trusted: Optional[dict]) -> tuple[str, str]:
         return "unsigned", "not signed"
     kid = sig.get("key_id", "?")
     if trusted is None:
-        return "unchecked", f"signed by key {kid} (not verified: no --trusted-keys)"
+        return "unchecked", f"signed by key {kid} (not verified: no `trusted_keys`)"
     if kid not in trusted:
         return "untrusted", f"signed by key {kid}, which is not among the trusted keys"
     if sig.get("algorithm") != ALGORITHM:

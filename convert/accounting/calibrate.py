@@ -21,7 +21,7 @@ def smallest_sigma(eps_of_sigma: Callable[[float], float], target: float, *, rel
     while eps_of_sigma(hi) > target:
         lo, hi = hi, hi * 2.0
         if hi > 1e9:
-            raise DpconvertError(f"no noise level reaches ε={target}; raise --eps or lower the number of releases")
+            raise DpconvertError(f"no noise level reaches ε={target}; raise `eps` or lower the number of releases")
     while hi - lo > rel_tol * hi:
         mid = 0.5 * (lo + hi)
         if eps_of_sigma(mid) > target:
@@ -65,7 +65,7 @@ def pknn_sigma2(plan: pknn.PknnPlan, *, eps: float, delta: float) -> float:
     floor = pknn.epsilons(replace(plan, queries_answered=0), delta)["epsilon"]
     if floor >= eps:
         raise DpconvertError(
-            f"screening alone already costs ε={floor:.3f} ≥ {eps}; raise --sigma1, lower --sampling-rate or ask fewer queries"
+            f"screening alone already costs ε={floor:.3f} ≥ {eps}; raise `sigma1`, lower `sampling_rate` or ask fewer queries"
         )
     return smallest_sigma(lambda s2: pknn.epsilons(replace(plan, sigma2=s2), delta)["epsilon"], eps, rel_tol=1e-3)
 
@@ -90,8 +90,8 @@ def dpsgd_sigma(*, eps: float, delta: float, sampling_rate: float, steps: int, c
 
 def _check(eps: float, delta: float, steps: int) -> None:
     if not eps > 0:
-        raise DpconvertError(f"--eps must be > 0, got {eps}")
+        raise DpconvertError(f"`eps` must be > 0, got {eps}")
     if not 0 < delta < 1:
-        raise DpconvertError(f"--delta must be in (0, 1), got {delta}")
+        raise DpconvertError(f"`delta` must be in (0, 1), got {delta}")
     if steps < 1:
-        raise DpconvertError(f"--steps must be >= 1, got {steps}")
+        raise DpconvertError(f"`releases` must be >= 1, got {steps}")

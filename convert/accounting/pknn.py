@@ -46,11 +46,11 @@ class PknnPlan:
         from ..errors import DpconvertError
 
         if not 0 < self.sampling_rate <= 1:
-            raise DpconvertError("--sampling-rate (γ) must be in (0, 1]")
+            raise DpconvertError("`sampling_rate` (γ) must be in (0, 1]")
         if self.k < 1 or self.num_classes < 2:
             raise DpconvertError("k must be >= 1 and there must be at least 2 classes")
         if self.sigma1 <= 0 or self.sigma2 <= 0:
-            raise DpconvertError("--sigma1 and --sigma2 must be > 0")
+            raise DpconvertError("`sigma1` and `sigma2` must be > 0")
         if self.queries_asked < 0 or not 0 <= self.queries_answered <= self.queries_asked:
             raise DpconvertError("queries answered must be between 0 and the number of queries asked")
         return self

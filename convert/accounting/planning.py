@@ -17,12 +17,12 @@ log = logging.getLogger("dpconvert")
 
 def check_delta(delta: float, n: Optional[int]) -> None:
     if not 0 < delta < 1:
-        raise DpconvertError(f"--delta must be in (0, 1), got {delta}")
+        raise DpconvertError(f"`delta` must be in (0, 1), got {delta}")
     if n is not None:
         if n < 1:
-            raise DpconvertError(f"--n (private set size) must be >= 1, got {n}")
+            raise DpconvertError(f"`n` (private set size) must be >= 1, got {n}")
         if delta > 1.0 / n:
-            raise DpconvertError(f"--delta {delta:g} is larger than 1/n = {1.0 / n:.3g}; use --delta {10 ** -len(str(n)):g} or smaller")
+            raise DpconvertError(f"`delta` {delta:g} is larger than 1/n = {1.0 / n:.3g}; use `delta` {10 ** -len(str(n)):g} or smaller")
 
 
 def plan_dpdfd(*, eps: Optional[float], delta: float, steps: int, batch_size: int, noise_multiplier: Optional[float] = None,
@@ -34,16 +34,16 @@ def plan_dpdfd(*, eps: Optional[float], delta: float, steps: int, batch_size: in
     case composes over all T releases either way."""
     check_delta(delta, n)
     if steps < 1:
-        raise DpconvertError(f"--steps must be >= 1, got {steps}")
+        raise DpconvertError(f"`releases` must be >= 1, got {steps}")
     if batch_size < 1:
-        raise DpconvertError(f"--batch-size must be >= 1, got {batch_size}")
+        raise DpconvertError(f"`batch_size` must be >= 1, got {batch_size}")
     if noise_multiplier is None:
         if eps is None:
-            raise DpconvertError("give --eps (to calibrate σ) or --noise-multiplier (to compute ε)")
+            raise DpconvertError("give `eps` (to calibrate σ) or `noise_multiplier` (to compute ε)")
         sigma, calibrated = calibrate.dpdfd_sigma(eps=eps, delta=delta, steps=1 if per_answer else steps), True
     else:
         if noise_multiplier < 0:
-            raise DpconvertError("--noise-multiplier must be >= 0")
+            raise DpconvertError("`noise_multiplier` must be >= 0")
         sigma, calibrated = float(noise_multiplier), False
     kw = dict(sigma=sigma, steps=1 if per_answer else steps, delta=delta)  # the query-level bounds
     result = {
@@ -72,14 +72,14 @@ def plan_pknn(*, eps: Optional[float], delta: float, k: int, sampling_rate: floa
               sigma2: Optional[float], num_classes: int, queries: int, answered: int, n: Optional[int] = None) -> dict:
     check_delta(delta, n)
     if queries < 1:
-        raise DpconvertError(f"--queries must be >= 1, got {queries}")
+        raise DpconvertError(f"`queries` must be >= 1, got {queries}")
     if n is not None and k > sampling_rate * n / 2:
-        raise DpconvertError(f"k={k} is larger than half the expected subsample size γ·n/2 = {sampling_rate * n / 2:.0f}; lower --k or raise --sampling-rate")
+        raise DpconvertError(f"k={k} is larger than half the expected subsample size γ·n/2 = {sampling_rate * n / 2:.0f}; lower `k` or raise `sampling_rate`")
     base = pknn.PknnPlan(k, sampling_rate, sigma1, threshold, sigma2 or 1.0, num_classes, queries, answered).validate()
     calibrated = sigma2 is None
     if calibrated:
         if eps is None:
-            raise DpconvertError("give --eps (to calibrate σ2) or --sigma2 (to compute ε)")
+            raise DpconvertError("give `eps` (to calibrate σ2) or `sigma2` (to compute ε)")
         base = replace(base, sigma2=calibrate.pknn_sigma2(base, eps=eps, delta=delta))
     eps_all = pknn.epsilons(base, delta)
     return {

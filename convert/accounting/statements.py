@@ -24,9 +24,9 @@ COVERS_DATA = ["the synthetic data set in this file and its sample grid", "any l
 COVERS = {"dpdfd": [COVERS_STUDENT], "dpdfd_per_answer": [COVERS_STUDENT], "pknn": [COVERS_STUDENT_AND_LABELS], "pknn+dpdfd_generator": [COVERS_STUDENT_AND_LABELS],
           "pknn+dpgan": [COVERS_STUDENT_AND_LABELS], "dpsgd": [COVERS_STUDENT], "laplace": [COVERS_STUDENT], "dpgan": [COVERS_DATA]}
 
-SEEDED_WARNING = ("the DP noise and subsampling were drawn from a stream seeded with --seed (--seeded-noise): anyone who knows the "
+SEEDED_WARNING = ("the DP noise and subsampling were drawn from a stream seeded with `seed` (`seeded_noise`): anyone who knows the "
                   "seed can regenerate them and subtract the noise, so this ε holds only against an adversary who does not; "
-                  "convert without --seeded-noise for a release")
+                  "convert without `seeded_noise` for a release")
 NO_NOISE_WARNING = "noise multiplier 0: this student is NOT differentially private (ε = ∞); for comparison only"
 WEAK_PARITY_PREFIX = "ONNX parity is weak"
 LARGE_DELTA_PREFIX = "δ above the ceiling"

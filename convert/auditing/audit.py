@@ -164,7 +164,7 @@ def _audit_into(a: ModelAudit, path: Path, policy: Policy, run_model: bool) -> N
     if copies.proto is not None:
         _check_onnx_file(a, copies.proto)
     if not copies.cards:
-        a.add("card present", policy.allow_missing, "no privacy card: no DP guarantee" + (" (allowed by --allow-missing)" if policy.allow_missing else ""))
+        a.add("card present", policy.allow_missing, "no privacy card: no DP guarantee" + (" (allowed by `allow_missing`)" if policy.allow_missing else ""))
         return
     card = next(iter(copies.cards.values()))
     a.card = str(artifact.with_name(artifact.name + ".card.json")) if "sidecar" in copies.cards else f"{artifact.name} ({next(iter(copies.cards))})"
@@ -226,9 +226,9 @@ def _check_signature(a: ModelAudit, card, p: Policy) -> None:
 
     status, detail = verify_card(card, p.trusted)
     if status == "unsigned":
-        a.add("signature", not p.require_signature, "the card is not signed" + (" (--require-signature)" if p.require_signature else ""))
+        a.add("signature", not p.require_signature, "the card is not signed" + (" (`require_signature`)" if p.require_signature else ""))
     elif status == "unchecked":
-        a.add("signature", not p.require_signature, detail + (" (--require-signature needs --trusted-keys)" if p.require_signature else ""))
+        a.add("signature", not p.require_signature, detail + (" (`require_signature` needs `trusted_keys`)" if p.require_signature else ""))
     else:
         a.add("signature", status == "valid", detail)
 
@@ -237,12 +237,12 @@ def _apply_policy(a: ModelAudit, data: dict, p: Policy) -> None:
     eps = max(a.epsilon, a.recomputed_epsilon if a.recomputed_epsilon is not None else a.epsilon)
     rec = a.record_level_epsilon  # the larger of the card's and the recomputed one
     a.add("differentially private", math.isfinite(eps), "" if math.isfinite(eps) else
-          "ε = ∞: trained without noise (--no-privacy), for comparison only; no policy admits it")
+          "ε = ∞: trained without noise (`no_privacy`), for comparison only; no policy admits it")
     if p.max_eps is not None:
         a.add("policy max ε", eps <= p.max_eps, f"ε={eps:.4g} > {p.max_eps:g}" if eps > p.max_eps else "")
     limit = p.delta_limit
     a.add("policy max δ", a.delta <= limit, "" if a.delta <= limit else f"δ={a.delta:g} > {limit:g}" +
-          (" (the default ceiling; --max-delta admits a larger δ)" if p.max_delta is None else ""))
+          (" (the default ceiling; `max_delta` admits a larger δ)" if p.max_delta is None else ""))
     if p.require_scope is not None:
         a.add("policy scope", a.scope == p.require_scope, f"scope is {a.scope!r}, policy requires {p.require_scope!r}" if a.scope != p.require_scope else "")
     if p.max_record_eps is not None:
@@ -250,10 +250,10 @@ def _apply_policy(a: ModelAudit, data: dict, p: Policy) -> None:
         a.add("policy max record-level ε", ok, "" if ok else f"record-level ε={rec:.4g} > {p.max_record_eps:g}")
     seeded = [where for where, m in noise_blocks(data) if m.get("noise_secret") is not True]  # older cards lack the field: not secret
     if seeded and p.allow_seeded_noise:
-        a.add("secret noise", True, "seeded noise allowed by --allow-seeded-noise: the ε does not hold against anyone who knows the seed")
+        a.add("secret noise", True, "seeded noise allowed by `allow_seeded_noise`: the ε does not hold against anyone who knows the seed")
     else:
-        a.add("secret noise", not seeded, "" if not seeded else f"{', '.join(seeded)}: the DP noise was not secret (seeded from --seed, or "
-              "not recorded): anyone with the seed can subtract it; reconvert without --seeded-noise")
+        a.add("secret noise", not seeded, "" if not seeded else f"{', '.join(seeded)}: the DP noise was not secret (seeded from `seed`, or "
+              "not recorded): anyone with the seed can subtract it; reconvert without `seeded_noise`")
     if p.max_per_image_eps is not None:
         v = (data.get("guarantee") or {}).get("per_image_epsilon")
         if v is None:

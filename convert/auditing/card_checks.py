@@ -11,11 +11,12 @@ as a whole can only be caught by a signature: ``zoo_cards/signing.py``.)
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Optional
 
 from dpconvert.accounting.statements import (COVERS, NO_NOISE_WARNING, NOT_COVERED, NOT_COVERED_DATA, NOT_COVERED_PUBLIC_IMAGES,
                                               PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1, SEEDED_WARNING, WEAK_PARITY_PREFIX)
 from dpconvert.accounting.statements import DELTA_CEILING, LARGE_DELTA_PREFIX
+from dpconvert.errors import DpconvertError
 from dpconvert.registry import Registry
 
 REL_TOL = 1e-9
@@ -102,8 +103,6 @@ def _same(p: Problems, block: dict, key: str, value, where: str, *, nullable: bo
 
 def check_card(data: dict) -> tuple[dict, Problems]:
     """(recomputed ε values, problems). An empty problem list means every privacy-relevant field agrees with the events."""
-    from dpconvert.errors import DpconvertError
-
     p = Problems()
     g, acct = data.get("guarantee") or {}, data.get("accounting") or {}
     try:
@@ -191,8 +190,6 @@ def _check_warnings(p: Problems, accountant, data: dict) -> None:
 def _check_teacher(p: Problems, data: dict) -> None:
     """``trained_with_dp`` only beside a ``teacher.guarantee`` whose teacher card verifies again here (ε recomputed,
     record scope, secret noise, the model hash it was verified against)."""
-    from .teacher_guarantee import teacher_card_problem
-
     teacher = data.get("teacher")
     if not isinstance(teacher, dict):
         return
@@ -443,8 +440,36 @@ def _check_noise_claims(p: Problems, data: dict) -> None:
     for where, m in noise_blocks(data):
         if m.get("noise_secret") is True:
             rng = str(m.get("noise_rng", "")).lower()
-            p.check("seeded with" not in rng and "--seeded-noise" not in rng, f"{where}.noise_secret",
+            p.check("seeded with" not in rng and "seeded-noise" not in rng and "seeded_noise" not in rng, f"{where}.noise_secret",
                     "true, but noise_rng describes a seeded stream")
+
+
+def teacher_card_problem(data: dict, graph_sha256: Optional[str]) -> Optional[str]:
+    """None when ``data`` is a teacher card whose record-level guarantee can be passed on (``teacher_guarantee.py``), else
+    why not (one line): consistent with its events, record-level, finite ε, secret noise, δ within the ceiling, and the
+    model hash it was verified against."""
+    from dpconvert.zoo_cards import PrivacyCard
+
+    try:
+        card = PrivacyCard(data).validate("teacher card")
+    except DpconvertError as e:
+        return str(e)
+    if card.kind != "model":
+        return "it is a data set's card, not a model's"
+    true, problems = check_card(card.data)
+    if problems:
+        return f"{problems[0][0]}: {problems[0][1]}"
+    if true["scope"] != "record":
+        return f"its accountant proves a {true['scope']}-level guarantee; only a record-level one passes to a student"
+    if not math.isfinite(true["epsilon"]):
+        return "its ε is infinite"
+    if any(m.get("noise_secret") is not True for _, m in noise_blocks(card.data)):
+        return "its noise was not secret (seeded)"
+    if card.delta > DELTA_CEILING:
+        return f"its δ = {card.delta:g} is above the ceiling {DELTA_CEILING:g}"
+    if graph_sha256 is not None and card.model_sha256 != graph_sha256:
+        return "the teacher's weights do not match its card's model hash (the file changed after its card was written)"
+    return None
 
 
 def noise_blocks(data: dict) -> list[tuple[str, dict]]:

@@ -173,7 +173,7 @@ def plot_roc(curves: dict[str, list[AttackResult]], path: str) -> None:
     except ImportError:
         from dpconvert.errors import DpconvertError
 
-        raise DpconvertError("--plot needs matplotlib: pip install matplotlib") from None
+        raise DpconvertError("`plot` needs matplotlib: pip install matplotlib") from None
     fig, ax = plt.subplots(figsize=(5, 5))
     for model, results in curves.items():
         for r in results:
@@ -204,7 +204,7 @@ def membership_audit(model_path: str, members: str, non_members: str, *, teacher
     from dpconvert.io.teachers import LoadOptions, load_teacher
 
     if reference_models == 1 or reference_models < 0:
-        raise DpconvertError("--reference-models needs at least 2 models (each example must be IN for some and OUT for others)")
+        raise DpconvertError("`reference_models` needs at least 2 models (each example must be IN for some and OUT for others)")
     opts = load_options or LoadOptions()
     card = _card_of(model_path)
     if card is not None:  # the card knows the student's input normalisation
@@ -260,7 +260,7 @@ def record_in_card(model_path: str, results: dict, members: str, non_members: st
 
     card = _card_of(model_path)
     if card is None or not model_path.endswith(".onnx"):
-        raise DpconvertError(f"{model_path}: --write-card needs an ONNX model with a privacy card")
+        raise DpconvertError(f"{model_path}: `write_card` needs an ONNX model with a privacy card")
     kept = {k: v for k, v in (card.data.get("audit") or {}).items() if k == "canary"}  # the conversion's canary audit stays
     card.data["audit"] = {
         **kept,

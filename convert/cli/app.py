@@ -9,7 +9,6 @@ instant. Every ``DpconvertError`` becomes one red line and exit code 1; usage er
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -26,6 +25,7 @@ from dpconvert.options import DEFAULT_DELTA, DEFAULT_EPS
 from dpconvert.version import __version__
 
 from .console import err, out, setup_logging
+from .flags import as_flags
 
 def _no_type_on_flags() -> None:
     """Typer's help prints a type for every option, ``<bool>`` on flags too, which reads as if a value were expected;
@@ -73,19 +73,6 @@ Weights = Annotated[Optional[Path], typer.Option("--weights", help="Local weight
 TrustPickle = Annotated[bool, typer.Option("--trust-pickle", help="Allow unpickling a whole nn.Module. Unpickling runs code from the file: only for files you trust.", rich_help_panel=TEACHER)]
 Device = Annotated[str, typer.Option("--device", help="cpu, cuda or auto.", rich_help_panel=TEACHER)]
 ClassNames = Annotated[Optional[str], typer.Option("--class-names", help="The class list in label order, comma-separated or a file with one name per line: needed for ImageFolders whose class folders have names (cat, dog) instead of 0..K-1. Public by your statement; on the card.", rich_help_panel="Data")]
-
-# Library parameter → CLI flag, where the flag is not the parameter with dashes.
-FLAG_OF = {"releases": "--steps", "method_options": "the method's options", "out": "--out"}
-
-
-def flag(param: str) -> str:
-    return FLAG_OF.get(param, "--" + param.replace("_", "-"))
-
-
-def as_flags(message: str) -> str:
-    """`batch_size` → --batch-size in a library error message."""
-    return re.sub(r"`([a-z_0-9]+)`", lambda m: flag(m.group(1)), message)
-
 
 def _load_options(arch, num_classes, in_chans, input_size, mean, std, weights, trust_pickle, device="cpu"):
     from dpconvert.io.spec import parse_floats, parse_size

@@ -15,8 +15,10 @@ err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
 
 class _ConsoleHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
+        from .flags import as_flags
+
         style = {"WARNING": "yellow", "ERROR": "red"}.get(record.levelname, "dim")
-        err.print(f"{record.getMessage()}", style=style, markup=False)
+        err.print(as_flags(record.getMessage()), style=style, markup=False)
 
 
 def setup_logging(verbose: bool = False) -> None:

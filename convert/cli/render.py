@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.text import Text
 
 from .console import out
+from .flags import as_flags
 
 
 def print_plan(result: dict, to=None) -> None:
@@ -221,7 +222,7 @@ def print_audit(results, roots=()) -> None:
     t.add_column("why", overflow="fold", ratio=1)
     for r in results:
         eps = "—" if r.epsilon is None else f"{r.epsilon:.4g} / {r.recomputed_epsilon:.4g}" if r.recomputed_epsilon is not None else f"{r.epsilon:.4g} / ?"
-        why = "; ".join(r.failures()) or next((c.detail for c in r.checks if c.name == "card present" and "allowed" in c.detail), "")
+        why = as_flags("; ".join(r.failures()) or next((c.detail for c in r.checks if c.name == "card present" and "allowed" in c.detail), ""))
         t.add_row(_cut_left(display_path(r.path, roots), width), "[green]pass[/]" if r.passed else "[red]FAIL[/]", eps,
                   "—" if r.delta is None else f"{r.delta:g}", r.scope or "—",
                   "—" if r.record_level_epsilon is None else f"{r.record_level_epsilon:.4g}", Text(why))

@@ -141,18 +141,18 @@ def _scaled(x: np.ndarray, source: str, pixel_range: Optional[float]) -> np.ndar
     of range would change every other record).
     """
     if pixel_range is not None and not pixel_range > 0:
-        raise DpconvertError(f"--pixel-range must be > 0, got {pixel_range}")
+        raise DpconvertError(f"`pixel_range` must be > 0, got {pixel_range}")
     if x.dtype == np.uint8 and pixel_range is None:
         return x.astype(np.float32) / 255.0
     if x.dtype == np.bool_:
         return x.astype(np.float32)
     if pixel_range is None and not np.issubdtype(x.dtype, np.floating):
-        raise DpconvertError(f"{source}: pixels stored as {x.dtype}; declare their range with --pixel-range (e.g. 255 or 65535), "
+        raise DpconvertError(f"{source}: pixels stored as {x.dtype}; declare their range with `pixel_range` (e.g. 255 or 65535), "
                              "or store uint8 (0..255) or float in [0, 1]")
     scale = 1.0 if pixel_range is None else float(pixel_range)
     y = (x.astype(np.float64) / scale).astype(np.float32)
     if y.size and not (np.isfinite(y).all() and y.min() >= 0.0 and y.max() <= 1.0):
-        hint = "declare their range with --pixel-range (e.g. --pixel-range 255)" if pixel_range is None else "fix the data or --pixel-range"
+        hint = "declare their range with `pixel_range` (e.g. `pixel_range` 255)" if pixel_range is None else "fix the data or `pixel_range`"
         raise DpconvertError(f"{source}: pixels outside [0, {scale:g}] or not finite; {hint}. dpconvert never rescales a data set "
                              "by its own maximum (one record would change every other)")
     return y

@@ -21,11 +21,11 @@ class InputSpec:
             if getattr(self, name) < 1:
                 raise DpconvertError(f"input spec: {name} must be >= 1, got {getattr(self, name)}")
         if self.num_classes < 2:
-            raise DpconvertError("input spec: a classifier needs at least 2 classes; fix --num-classes")
-        object.__setattr__(self, "mean", _per_channel(self.mean, self.channels, "--mean"))
-        object.__setattr__(self, "std", _per_channel(self.std, self.channels, "--std"))
+            raise DpconvertError("input spec: a classifier needs at least 2 classes; fix `num_classes`")
+        object.__setattr__(self, "mean", _per_channel(self.mean, self.channels, "`mean`"))
+        object.__setattr__(self, "std", _per_channel(self.std, self.channels, "`std`"))
         if any(s <= 0 for s in self.std):
-            raise DpconvertError("input spec: every --std value must be > 0")
+            raise DpconvertError("input spec: every `std` value must be > 0")
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -64,7 +64,7 @@ def parse_size(text: str) -> tuple[int, int, int]:
     except ValueError:
         parts = ()
     if len(parts) != 3 or min(parts) < 1:
-        raise DpconvertError(f"--input-size must be C,H,W with positive integers (e.g. 1,28,28), got {text!r}")
+        raise DpconvertError(f"`input_size` must be C,H,W with positive integers (e.g. 1,28,28), got {text!r}")
     return parts  # type: ignore[return-value]
 
 

@@ -100,7 +100,7 @@ def _spec_from(base: Optional[InputSpec], opts: LoadOptions, what: str) -> Input
         c = opts.in_chans
     if opts.num_classes is not None:
         k = opts.num_classes
-    missing = ([] if None not in (c, h, w) else ["--input-size C,H,W (e.g. 1,28,28)"]) + ([] if k is not None else ["--num-classes K"])
+    missing = ([] if None not in (c, h, w) else ["`input_size` C,H,W (e.g. 1,28,28)"]) + ([] if k is not None else ["`num_classes` K"])
     if missing:
         raise DpconvertError(f"{what}: cannot tell the {' or the '.join(m.split()[0][2:].replace('-', ' ') for m in missing)}; give "
                              + " and ".join(missing))
@@ -113,7 +113,7 @@ def _spec_from(base: Optional[InputSpec], opts: LoadOptions, what: str) -> Input
     return InputSpec(c, h, w, k, mean if mean is not None else (0.0,), std if std is not None else (1.0,))
 
 
-NORMALISATION_UNKNOWN = ("input normalisation unknown: assuming mean 0, std 1 (pixels in [0, 1]); pass --mean/--std if the model "
+NORMALISATION_UNKNOWN = ("input normalisation unknown: assuming mean 0, std 1 (pixels in [0, 1]); pass `mean`/`std` if the model "
                          "expects otherwise")
 
 
@@ -187,7 +187,7 @@ def check_teacher(teacher: Teacher) -> Teacher:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DpconvertError(
             f"{teacher.source}: the teacher failed on an input of shape {tuple(x.shape)} ({first[:200]}); "
-            "fix --input-size C,H,W to match the model"
+            "fix `input_size` C,H,W to match the model"
         ) from None
     if isinstance(out, (tuple, list)):
         first = f"; the first is {tuple(out[0].shape)}" if out and isinstance(out[0], torch.Tensor) else ""
@@ -199,7 +199,7 @@ def check_teacher(teacher: Teacher) -> Teacher:
                              "returns logits of shape (batch, classes)")
     if out.shape[1] != teacher.spec.num_classes:
         raise DpconvertError(
-            f"{teacher.source}: the teacher returns {out.shape[1]} classes but --num-classes says {teacher.spec.num_classes}; fix --num-classes"
+            f"{teacher.source}: the teacher returns {out.shape[1]} classes but `num_classes` says {teacher.spec.num_classes}; fix `num_classes`"
         )
     kind = _probability_output(out.float())
     if kind:
@@ -265,11 +265,11 @@ def load_timm(source: str, opts: LoadOptions) -> Teacher:
         raise
     except RuntimeError as e:
         if opts.weights is not None:
-            raise DpconvertError(f"{source}: --weights do not fit the model ({_first_mismatch(str(e))}); check --num-classes and --in-chans") from None
-        raise DpconvertError(f"{source}: could not load pretrained weights ({str(e).splitlines()[0][:200]}); pass --weights FILE to load local weights offline") from None
+            raise DpconvertError(f"{source}: `weights` do not fit the model ({_first_mismatch(str(e))}); check `num_classes` and `in_chans`") from None
+        raise DpconvertError(f"{source}: could not load pretrained weights ({str(e).splitlines()[0][:200]}); pass `weights` FILE to load local weights offline") from None
     except Exception as e:  # hub unreachable, unreadable weights file
         msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise DpconvertError(f"{source}: could not load pretrained weights ({msg}); pass --weights FILE to load local weights offline") from None
+        raise DpconvertError(f"{source}: could not load pretrained weights ({msg}); pass `weights` FILE to load local weights offline") from None
     sha = file_sha256(opts.weights) if opts.weights else None
     return Teacher(
         _torch_forward(model, opts.device, channels_last=True), spec, "timm", source,
@@ -298,7 +298,7 @@ def load_onnx(source: str, opts: LoadOptions) -> Teacher:
         k = out_dims[-1] if out_dims and isinstance(out_dims[-1], int) else None
         base = InputSpec(dims[1], dims[2], dims[3], k or 2)
         if k is None and opts.num_classes is None:
-            raise DpconvertError(f"{source}: the output class dimension is symbolic; give --num-classes")
+            raise DpconvertError(f"{source}: the output class dimension is symbolic; give `num_classes`")
     spec = _spec_from(base, opts, source)
     warnings = []
     if opts.mean is None and opts.std is None:
@@ -436,7 +436,7 @@ def load_torch_file(source: str, opts: LoadOptions) -> Teacher:
         if not opts.trust_pickle:
             raise DpconvertError(
                 f"{source} holds a pickled Python object (a whole nn.Module); unpickling runs arbitrary code from the file. "
-                "Save a state_dict instead, or pass --trust-pickle if you trust its author"
+                "Save a state_dict instead, or pass `trust_pickle` if you trust its author"
             ) from None
         obj = torch.load(str(path), map_location="cpu", weights_only=False)
     except (RuntimeError, EOFError, OSError, ValueError) as e:
@@ -444,9 +444,9 @@ def load_torch_file(source: str, opts: LoadOptions) -> Teacher:
     if isinstance(obj, torch.nn.Module):
         base, known = _module_spec(obj, opts)
         return Teacher(_torch_forward(obj, opts.device, channels_last=True), _spec_from(base, opts, source), "pickled-module", source,
-                       f"pickled nn.Module {type(obj).__name__} from {path.name} (loaded with --trust-pickle)", sha,
+                       f"pickled nn.Module {type(obj).__name__} from {path.name} (loaded with `trust_pickle`)", sha,
                        type(obj).__name__, _num_params(obj), obj,
-                       ["teacher loaded by unpickling (--trust-pickle): the file could run code"] + _normalisation_warnings(known, opts))
+                       ["teacher loaded by unpickling (`trust_pickle`): the file could run code"] + _normalisation_warnings(known, opts))
     state = _unwrap_state_dict(obj, source)
     return _from_state_dict(state, opts.arch, None, opts, kind="state_dict", source=source, sha=sha)
 
@@ -475,15 +475,15 @@ def _from_state_dict(state: dict, arch: Optional[str], base: Optional[InputSpec]
         arch = f"timm:{arch}"  # `--arch resnet34`: no student has that name, timm has
     if not arch:
         arch = _recognised_arch(state, source)
-        notes.append(f"architecture {arch} recognised from the checkpoint's keys and shapes (give --arch to choose another)")
+        notes.append(f"architecture {arch} recognised from the checkpoint's keys and shapes (give `arch` to choose another)")
     known = base is not None
     if arch.startswith("timm:") and base is None:
         base, known = _timm_base(arch[5:], state)
         if known and opts.mean is None:
             notes.append(f"input normalisation taken from timm's {arch[5:]} config (mean {list(base.mean)}, std {list(base.std)}); "
-                         "pass --mean/--std if the model was trained with other values")
+                         "pass `mean`/`std` if the model was trained with other values")
     elif arch not in STUDENTS:
-        raise DpconvertError(STUDENTS.unknown_message(arch) + " Or use --arch timm:NAME")
+        raise DpconvertError(STUDENTS.unknown_message(arch) + " Or use `arch` timm:NAME")
     spec = _spec_from(base, opts, source)
     module = create_student(arch, spec)
     missing, unexpected = [], []
@@ -492,11 +492,11 @@ def _from_state_dict(state: dict, arch: Optional[str], base: Optional[InputSpec]
         missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
     except RuntimeError as e:
         raise DpconvertError(
-            f"{source}: weights do not fit --arch {arch} ({_first_mismatch(str(e))}); check --arch, --num-classes and --in-chans/--input-size"
+            f"{source}: weights do not fit `arch` {arch} ({_first_mismatch(str(e))}); check `arch`, `num_classes` and `in_chans`/`input_size`"
         ) from None
     if missing or unexpected:
         raise DpconvertError(
-            f"{source}: weights do not fit --arch {arch} (missing {missing[:3]}, unexpected {unexpected[:3]}); check --arch"
+            f"{source}: weights do not fit `arch` {arch} (missing {missing[:3]}, unexpected {unexpected[:3]}); check `arch`"
         )
     return Teacher(_torch_forward(module, opts.device, channels_last=True), spec, kind, source,
                    f"{arch} from {Path(source).name if not source.startswith('builtin:') else source} ({kind})", sha, arch, _num_params(module), module,
@@ -519,11 +519,11 @@ def _recognised_arch(state: dict, source: str) -> str:
         return f"timm:{found[0]}"
     if found:
         raise DpconvertError(f"{source} holds weights only and fits several timm architectures; choose one: "
-                             + " or ".join(f"--arch timm:{n}" for n in found))
+                             + " or ".join(f"`arch` timm:{n}" for n in found))
     close = close_families(state)
-    hint = f" (did you mean --arch timm:{close[0]}?)" if close else ""
+    hint = f" (did you mean `arch` timm:{close[0]}?)" if close else ""
     raise DpconvertError(f"{source} holds weights only and no common timm architecture has exactly its keys and shapes{hint}; name it "
-                         f"with --arch timm:NAME or --arch one of: {', '.join(STUDENTS.names())}")
+                         f"with `arch` timm:NAME or `arch` one of: {', '.join(STUDENTS.names())}")
 
 
 def _timm_base(name: str, state: dict) -> tuple[Optional[InputSpec], bool]:

@@ -114,13 +114,13 @@ def timm_backbone_features(spec, ref: str):
 
     name, _, weights = ref.partition("@")
     if not timm.is_model(name.split(".")[0]):
-        raise DpconvertError(f"--features timm:{ref}: unknown timm model {name!r}; see timm.list_models()")
+        raise DpconvertError(f"`features` timm:{ref}: unknown timm model {name!r}; see timm.list_models()")
     kwargs = {"pretrained_cfg_overlay": dict(file=weights)} if weights else {}
     try:
         model = timm.create_model(name, pretrained=True, num_classes=0, **kwargs).eval()
     except Exception as e:  # hub unreachable, missing or unfitting weights file
         msg = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
-        raise DpconvertError(f"--features timm:{ref}: could not load public pretrained weights ({msg}); "
+        raise DpconvertError(f"`features` timm:{ref}: could not load public pretrained weights ({msg}); "
                              "give local weights as timm:NAME@FILE") from None
     cfg = model.pretrained_cfg
     in_mean = torch.tensor(spec.mean).view(1, -1, 1, 1)

@@ -65,5 +65,5 @@ def mechanism_rng(seed: int, *, seeded: bool = False, offset: int = 1) -> tuple[
     if not seeded:
         return secret_generator(), {"noise_rng": SECRET_RNG, "noise_secret": True}
     return (torch.Generator().manual_seed(seed + offset),
-            {"noise_rng": f"torch CPU generator seeded with {seed + offset} (--seeded-noise: from --seed; reproducible, NOT secret)",
+            {"noise_rng": f"torch CPU generator seeded with {seed + offset} (`seeded_noise`: from `seed`; reproducible, NOT secret)",
              "noise_secret": False})

@@ -35,7 +35,7 @@ def check_teacher(teacher, probe: torch.Tensor) -> None:
         alone = teacher(x[:1]).float()
     except Exception as e:  # noqa: BLE001 - a teacher is user code; report it in one line
         raise DpconvertError(f"the teacher failed on a probe batch ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
-                             "export it in eval mode for inputs of its --input-size") from None
+                             "export it in eval mode for inputs of its `input_size`") from None
     if not torch.isfinite(full).all():
         raise DpconvertError("the teacher returns non-finite outputs (inf/NaN) on probe inputs; fix or re-export it "
                              "(dpconvert never releases a non-finite answer)")

@@ -205,7 +205,7 @@ def distinct_answers_warning(delta: float, answers: int) -> Optional[str]:
     if delta * answers <= 1:
         return None
     return (f"δ={delta:g} is larger than 1/(B·T) = 1/{answers} for the {answers} protected teacher answers; "
-            f"use --delta {10.0 ** -math.ceil(math.log10(answers)):g} or smaller")
+            f"use `delta` {10.0 ** -math.ceil(math.log10(answers)):g} or smaller")
 
 
 @register
