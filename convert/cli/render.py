@@ -39,7 +39,7 @@ def print_plan(result: dict, to=None) -> None:
     to.print(table)
     to.print(f"adjacency: {result['adjacency']}")
     if result.get("method_choice"):
-        to.print(f"method {result['method']}: {result['method_choice']}")
+        to.print(as_flags(f"method {result['method']}: {result['method_choice']}"), markup=False)
 
 
 def _compact(n: float) -> str:
