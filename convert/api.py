@@ -5,7 +5,7 @@
     r.card.epsilon, r.out
     dpconvert.convert("builtin:digits", out="s.onnx", noise_multiplier=5)          # ε computed from σ
     dpconvert.convert("teacher.safetensors", out="s.onnx", method="pknn", private_data="train/", public_data="pub.npz")
-    dpconvert.plan("dpdfd", eps=1, releases=720)["sigma"]
+    dpconvert.plan("dpdfd", eps=1, input_size=(1, 8, 8))["sigma"]   # what convert runs for an 8×8 teacher
     [m.passed for m in dpconvert.audit(["models/"], max_eps=2)]
 
 Errors are ``DpconvertError`` with one line that names the parameter to fix (in backticks).
@@ -70,32 +70,37 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
 
 
 def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[float] = None, n: Optional[int] = None,
-         releases: int = 1, batch_size: int = 256, noise_multiplier: Optional[float] = None, k: Optional[int] = None,
+         releases: int = 1, batch_size: Optional[int] = None, noise_multiplier: Optional[float] = None, k: Optional[int] = None,
          sampling_rate: Optional[float] = None, sigma1: Optional[float] = None, threshold: Optional[float] = None,
          sigma2: Optional[float] = None, num_classes: int = 10, queries: int = 1000, answered: Optional[int] = None,
          epochs: Optional[int] = None, clip: Optional[float] = None, sigma: Optional[float] = None, count_sigma: Optional[float] = None,
-         accounting: str = "per-answer") -> dict:
+         accounting: str = "per-answer", input_size: tuple[int, int, int] = (1, 28, 28), device: str = "cpu") -> dict:
     """The privacy plan: σ for a target ε (or ε for a given σ), ε by every accountant, the record-level worst case.
 
     DPDFD: ``releases``, ``batch_size``, ``noise_multiplier``, ``accounting`` (per-answer: the ε of one release for
-    any number of releases; composed). Private-kNN: ``k``, ``sampling_rate``, ``sigma1``,
+    any number of releases; composed), ``input_size`` and ``device`` (what B and δ default to): planned by the same
+    method object ``convert`` runs, so the plan is the run's. Private-kNN: ``k``, ``sampling_rate``, ``sigma1``,
     ``threshold``, ``sigma2`` (defaults: ``PknnOptions``), ``num_classes``, ``queries``, ``answered`` (default all).
     DP-SGD: ``epochs``, ``sampling_rate``, ``clip``, ``sigma``, ``count_sigma`` (defaults: ``DpsgdOptions``).
     ``n``: the private-set size, if known, to check δ ≤ 1/n.
     """
-    from .accounting.planning import plan_dpdfd, plan_pknn
+    from .accounting.planning import plan_pknn
     from .errors import DpconvertError
     from .methods.pknn import PknnOptions
-    from .options import units_delta
 
     if method == "dpdfd":
-        delta = units_delta(releases * batch_size) if delta is None else delta
-        from .methods.dpdfd import ACCOUNTING
+        from .io.spec import InputSpec
+        from .methods import METHODS
+        from .methods.dpdfd import DpdfdOptions
 
-        if accounting not in ACCOUNTING:
-            raise DpconvertError(f"unknown `accounting` {accounting!r}; choose one of: {', '.join(ACCOUNTING)}")
-        return plan_dpdfd(eps=eps, delta=delta, steps=releases, batch_size=batch_size, noise_multiplier=noise_multiplier, n=n,
-                          per_answer=accounting == "per-answer")
+        opts = DpdfdOptions(releases=releases, batch_size=batch_size, accounting=accounting)
+        run = RunOptions(eps=eps, delta=delta, noise_multiplier=noise_multiplier, device=device)
+        result = METHODS.get("dpdfd").plan(run, opts, InputSpec(*input_size, num_classes))
+        if n is not None:
+            from .accounting.planning import check_delta
+
+            check_delta(result["delta"], n)
+        return result
     delta = DEFAULT_DELTA if delta is None else delta
     if method == "pknn":
         o = PknnOptions(**{k_: v for k_, v in dict(k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold, sigma2=sigma2).items()

@@ -193,7 +193,7 @@ def test_plan_cli_pknn(cli):
 
 @pytest.mark.parametrize("args,needle", [
     (["--eps", "0"], "--eps"), (["--eps", "1", "--delta", "1"], "--delta"), (["--eps", "1", "--steps", "0"], "--steps"),
-    (["--eps", "1", "--delta", "1e-3", "--n", "60000"], "1/n"), (["--method", "pate", "--eps", "1"], "dpdfd, pknn or dpsgd"),
+    (["--eps", "1", "--delta", "1e-4", "--n", "60000"], "1/n"), (["--method", "pate", "--eps", "1"], "dpdfd, pknn or dpsgd"),
 ])
 def test_plan_cli_bad(cli, args, needle):
     code, _, err = cli("plan", *args)

@@ -130,7 +130,7 @@ def test_python_api(tmp_path):
     r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", eps=1, batch_size=20000, epochs=1)
     assert r.out.exists() and r.card.epsilon <= 1 and r.method == "dpdfd"
     r = dpconvert.convert("builtin:digits", out=tmp_path / "n.onnx", noise_multiplier=5, batch_size=2000, epochs=1)
-    assert r.card.data["accounting"]["calibrated"] is False and r.card.epsilon == pytest.approx(dpconvert.plan("dpdfd", noise_multiplier=5)["epsilon"])
+    assert r.card.data["accounting"]["calibrated"] is False and r.card.epsilon == pytest.approx(dpconvert.plan("dpdfd", noise_multiplier=5, batch_size=2000, input_size=(1, 8, 8))["epsilon"])
     with pytest.raises(dpconvert.DpconvertError, match="`eps`.*`noise_multiplier`"):
         dpconvert.convert("builtin:digits", out=tmp_path / "x.onnx", eps=1, noise_multiplier=5)
     with pytest.raises(dpconvert.DpconvertError, match="`canaries` is not an option of method 'dpdfd'"):

@@ -214,6 +214,10 @@ def test_the_default_delta_does_not_warn_on_the_default_run(tmp_path, cli):
     rows = card["mechanism"]["batch_size"] * card["mechanism"]["releases"]
     assert rows == default_batch_size(InputSpec(1, 8, 8, 10))
     assert card["guarantee"]["delta"] * rows <= 1 and card["warnings"] == [] and "δ" not in err
+    code, out, _ = cli("plan", "--method", "dpdfd", "--eps", "1", "--input-size", "1,8,8", "--json")  # plan plans this very run
+    plan = json.loads(out)
+    m = card["mechanism"]
+    assert (plan["sigma"], plan["steps"], plan["batch_size"], plan["delta"]) == (m["sigma"], m["releases"], m["batch_size"], card["guarantee"]["delta"])
 
 
 # ------------------------------------------------------------------ escaping (finding 9)

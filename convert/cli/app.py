@@ -145,8 +145,9 @@ def plan(
     eps: Annotated[Optional[float], typer.Option("--eps", help="Target ε (calibrates the noise).")] = None,
     delta: Annotated[Optional[float], typer.Option("--delta", help=f"Target δ (default: DPDFD ≤ 1/(B·T), the protected answers; else {DEFAULT_DELTA:g}).")] = None,
     n: Annotated[Optional[int], typer.Option("--n", help="Private set size, if known (checks δ ≤ 1/n).")] = None,
-    steps: Annotated[int, typer.Option("--steps", "--releases", help="DPDFD: number of noisy releases T.")] = 720,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="DPDFD: rows per release B (only the record-level bound depends on it).")] = 256,
+    steps: Annotated[int, typer.Option("--steps", "--releases", help=f"DPDFD: number of noisy releases T (default {D.releases}, as convert).")] = D.releases,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="DPDFD: rows per release B (default: convert's for --input-size; only the record-level bound and the default δ depend on it).")] = None,
+    input_size: Annotated[str, typer.Option("--input-size", help="DPDFD: the teacher's input size C,H,W (convert's defaults for B follow from it).")] = "1,28,28",
     noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="DPDFD: use this σ and compute ε instead of calibrating.")] = None,
     accounting: Annotated[str, typer.Option("--accounting", help="DPDFD: per-answer (no input answered twice: the ε of one release for any --steps) or composed.")] = "per-answer",
     k: Annotated[Optional[int], typer.Option("--k", help=f"Private-kNN: neighbours (default {P.k}).")] = None,
@@ -163,14 +164,16 @@ def plan(
     count_sigma: Annotated[Optional[float], typer.Option("--count-sigma", help=f"DP-SGD: noise of the record count (default {S.count_sigma:g}).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Plan a privacy budget: the noise for a target ε, and ε by each accountant."""
+    """Plan a privacy budget: the noise for a target ε, and ε by each accountant (DPDFD: what convert runs by default)."""
     from dpconvert.api import plan as make_plan
+    from dpconvert.io.spec import parse_size
 
     from .render import print_plan
 
     result = make_plan(method, eps=eps, delta=delta, n=n, releases=steps, batch_size=batch_size, noise_multiplier=noise_multiplier, k=k,
                        sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold, sigma2=sigma2, num_classes=num_classes,
-                       queries=queries, answered=answered, epochs=epochs, clip=clip, sigma=sigma, count_sigma=count_sigma, accounting=accounting)
+                       queries=queries, answered=answered, epochs=epochs, clip=clip, sigma=sigma, count_sigma=count_sigma, accounting=accounting,
+                       input_size=parse_size(input_size))
     if as_json:
         print(json.dumps(result, indent=2))
         return
