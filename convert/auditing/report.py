@@ -33,9 +33,23 @@ def _num(v, fmt: str = "{:.4g}") -> tuple[str, str]:
     return fmt.format(v), repr(float(v))
 
 
-def _row(r) -> str:
+def display_path(path: str, roots=()) -> str:
+    """A model's path as people scan a zoo: relative to the audited folder it was found in (the folder named on the
+    command line), else as given."""
+    p = Path(path)
+    for root in roots or ():
+        r = Path(root)
+        if r.is_dir():
+            try:
+                return str(p.resolve().relative_to(r.resolve()))
+            except ValueError:
+                continue
+    return str(path)
+
+
+def _row(r, roots=()) -> str:
     eps = r.recomputed_epsilon if r.recomputed_epsilon is not None else r.epsilon
-    cells = [(r.path, None), ("pass" if r.passed else "FAIL", None), _num(eps), _num(r.delta, "{:g}"), (r.scope or "—", None),
+    cells = [(display_path(r.path, roots), None), ("pass" if r.passed else "FAIL", None), _num(eps), _num(r.delta, "{:g}"), (r.scope or "—", None),
              _num(r.record_level_epsilon), _num(r.accuracy, "{:.3f}"), ("; ".join(r.failures()), None)]
     tds = "".join(f'<td data-v="{html.escape(key)}">{html.escape(text)}</td>' if key is not None else f"<td>{html.escape(text)}</td>"
                   for text, key in cells)
@@ -98,10 +112,11 @@ def _membership(results) -> str:
     return _svg(fig)
 
 
-def html_report(results, policy: dict) -> str:
+def html_report(results, policy: dict, roots=()) -> str:
+    """The page; ``roots``: the paths the audit was given (model paths are shown relative to an audited folder)."""
     passed = sum(r.passed for r in results)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
-    body = "\n".join(_row(r) for r in results)
+    body = "\n".join(_row(r, roots) for r in results)
     rules = ", ".join(f"{k} = {v}" for k, v in policy.items() if v not in (None, False)) or "no limits (card checks only)"
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>dpconvert audit</title><style>{_STYLE}</style></head><body>"
             f"<h1>dpconvert audit: {passed}/{len(results)} pass</h1><p>Policy: {html.escape(rules)}. ε is recomputed from each card's "

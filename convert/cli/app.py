@@ -393,12 +393,12 @@ def audit(
 
             for path, entry in mia.items():
                 record_in_card(path, entry, members, non_members)
-    _write_reports(results, policy, mia, json_path, markdown_path, html_path)
+    _write_reports(results, policy, mia, json_path, markdown_path, html_path, paths)
     if not all(r.passed for r in results):
         raise typer.Exit(1)
 
 
-def _write_reports(results, policy, mia: dict, json_path, markdown_path, html_path) -> None:
+def _write_reports(results, policy, mia: dict, json_path, markdown_path, html_path, roots=()) -> None:
     """The audit's files: the JSON report and the HTML page (all or nothing), the Markdown table (appended)."""
     from dpconvert.io.atomic import AtomicOutputs
 
@@ -411,7 +411,7 @@ def _write_reports(results, policy, mia: dict, json_path, markdown_path, html_pa
         if html_path is not None:
             from dpconvert.auditing.report import html_report
 
-            o.write(html_path, html_report(results, policy.to_dict()))
+            o.write(html_path, html_report(results, policy.to_dict(), roots))
     if markdown_path is not None:
         from .render import audit_markdown
 

@@ -7,6 +7,8 @@ from pathlib import Path
 from rich.text import Text
 
 from .console import out
+from dpconvert.auditing.report import display_path
+
 from .flags import as_flags
 
 
@@ -190,20 +192,6 @@ def print_summary(result, throughput: bool = False, show_timings: bool = False) 
     for r in rows:
         t.add_row(*r)
     out.print(t)
-
-
-def display_path(path: str, roots=()) -> str:
-    """A model's path as people scan a zoo: relative to the audited folder it was found in (the folder named on the
-    command line), else as given."""
-    p = Path(path)
-    for root in roots or ():
-        r = Path(root)
-        if r.is_dir():
-            try:
-                return str(p.resolve().relative_to(r.resolve()))
-            except ValueError:
-                continue
-    return str(path)
 
 
 def _cut_left(text: str, width: int) -> str:
