@@ -111,5 +111,4 @@ def plan_dpsgd(*, eps: Optional[float], delta: float, sampling_rate: float, step
         "accountants": {k: v for k, v in eps_all.items() if k != "epsilon"}, "scope": "record", "adjacency": pknn.ADJACENCY_RECORD,
         "rows": [("noise multiplier σ", f"{sigma:.4f}" + (" (calibrated)" if calibrated else "")), ("clip C", f"{clip:g}"),
                  ("sampling rate q (Poisson)", f"{sampling_rate:g}"), ("noisy steps T", str(steps)), ("σ of the noisy count", f"{count_sigma:g}")],
-        "progress": {"label": "DP-SGD steps", "total": steps},
     }

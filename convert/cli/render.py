@@ -70,7 +70,7 @@ class ProgressReporter:
         print_plan(plan, self.console)
         if "progress" in plan:
             self._start(plan["progress"]["label"], plan["progress"]["total"], "steps")
-        elif plan["method"] != "dpdfd":  # Private-kNN: screening every query + the argmax of the answered ones
+        elif plan["method"] == "pknn":  # Private-kNN: screening every query + the argmax of the answered ones
             self._start("Private-kNN votes", 2 * plan["queries_asked"], "votes")
 
     # ------------------------------------------------------------ one bar per phase
@@ -96,6 +96,8 @@ class ProgressReporter:
             self._plain()
 
     def _count(self) -> str:
+        if not self.unit:  # a phase without a count (its size would say how many private records there are)
+            return "done" if self.done >= self.total else "…"
         return f"{_compact(self.done)}/{_compact(self.total)} {self.unit}"
 
     def _advance(self, n: int, status: str = "") -> None:
@@ -110,6 +112,11 @@ class ProgressReporter:
 
     def _plain(self, status: str = "") -> None:
         quarter = 4 * self.done // self.total
+        if not self.unit and quarter < 4:  # an uncounted phase: its name when it starts, nothing more
+            if self.printed < 0:
+                self.printed = 0
+                self.console.print(f"{self.phase_name} …", markup=False)
+            return
         if quarter > self.printed or status:
             self.printed = quarter
             self.console.print(f"{self.phase_name}: {25 * quarter}% ({self._count()})" + (f", {status}" if status else ""), markup=False)

@@ -100,11 +100,19 @@ class DpSgdMethod(Method):
         plan = self.plan(run, opts)  # before any private record is read
         if on_plan:
             on_plan(plan)
+
+        def named(name: str, total: int = 1, unit: str = "") -> None:  # a phase for the progress display (no record counts)
+            if on_progress:
+                on_progress({"kind": "phase", "name": name, "total": total, "unit": unit})
+
+        named("reading the private data")
         with phase("load data"):
             private = load_data(run.private_data, spec, require_labels=True, **run.data_format())
         torch.manual_seed(run.seed)
         student_name = run.student or default_student(spec)
+        named("fixed features of the private records")
         student, trainable, inputs, part = _trainable(student_name, spec, private.x, opts.minibatch)
+        named("DP-SGD steps", opts.steps, "steps")
         rng, noise_info = mechanism_rng(run.seed, seeded=run.seeded_noise)  # lots and noise (mechanisms/noise.py)
         accountant = DpsgdAccountant()
         mech = DpSgd(trainable, sigma=plan["sigma"], clip=opts.clip, sampling_rate=opts.sampling_rate, steps=opts.steps,
