@@ -14,7 +14,8 @@ from dpconvert.io.data import load_data
 from dpconvert.students import create_student
 from dpconvert.generators import create_generator
 from dpconvert.accounting import DpdfdAccountant, calibrate
-from dpconvert.mechanisms.dpdfd import Dpdfd, DpdfdConfig
+from dpconvert.distill.config import DpdfdConfig
+from dpconvert.mechanisms.dpdfd import Dpdfd
 torch.set_num_threads(2)
 kw = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
 eps = kw.pop("eps", 1.0)

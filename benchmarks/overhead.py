@@ -40,8 +40,8 @@ def bare_loop(teacher, spec, batch_size: int, epochs: int, seed: int) -> dict:
     import torch
 
     from dpconvert.generators import create_generator, default_prior_name
-    from dpconvert.mechanisms.dpdfd import TEACHER_BATCH, nhwc
-    from dpconvert.methods.dpdfd import RELEASE_ROWS_DEFAULT, default_student_lr
+    from dpconvert.distill.models import TEACHER_BATCH, nhwc
+    from dpconvert.methods.dpdfd_options import RELEASE_ROWS_DEFAULT, default_student_lr
     from dpconvert.students import create_student, default_student_name
 
     torch.manual_seed(seed)

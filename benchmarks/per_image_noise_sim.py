@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 def main() -> None:
     from dpconvert.accounting.calibrate import dpdfd_sigma
-    from dpconvert.mechanisms.dpdfd import DpdfdConfig
+    from dpconvert.distill.config import DpdfdConfig
     from dpconvert.mechanisms.source_targets import SourceTargets, empirical_bayes
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

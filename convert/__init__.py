@@ -31,11 +31,11 @@ def __getattr__(name: str):
 
         return load_data
     if name == "DpdfdOptions":
-        from .methods.dpdfd import DpdfdOptions
+        from .methods.dpdfd_options import DpdfdOptions
 
         return DpdfdOptions
     if name == "PknnOptions":
-        from .methods.pknn import PknnOptions
+        from .methods.pknn_options import PknnOptions
 
         return PknnOptions
     raise AttributeError(f"module 'dpconvert' has no attribute {name!r}")

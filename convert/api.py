@@ -86,12 +86,12 @@ def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[
     """
     from .accounting.planning import plan_pknn
     from .errors import DpconvertError
-    from .methods.pknn import PknnOptions
+    from .methods.pknn_options import PknnOptions
 
     if method == "dpdfd":
         from .io.spec import InputSpec
         from .methods import METHODS
-        from .methods.dpdfd import DpdfdOptions
+        from .methods.dpdfd_options import DpdfdOptions
 
         opts = DpdfdOptions(releases=releases, batch_size=batch_size, accounting=accounting)
         run = RunOptions(eps=eps, delta=delta, noise_multiplier=noise_multiplier, device=device)

@@ -1,6 +1,6 @@
 """What every conversion takes, whatever the method: typed, checked once, with the real defaults here.
 
-Method-specific options live beside their method (``methods/dpdfd.py: DpdfdOptions``, ``methods/pknn.py:
+Method-specific options live beside their method (``methods/dpdfd_options.py: DpdfdOptions``, ``methods/pknn_options.py:
 PknnOptions``). Error messages name parameters in backticks (`batch_size`); the CLI turns them into its flags.
 """
 

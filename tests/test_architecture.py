@@ -169,3 +169,32 @@ def test_the_library_never_speaks_in_flags():
             hits += [f"{rel}:{n.lineno}" for n in ast.walk(tree)
                      if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs and flag.search(n.value)]
     assert not hits, hits
+
+
+MAX_KERNEL_MODULE_LINES, MAX_KERNEL_FUNCTION_LINES = 400, 60
+
+
+def test_methods_and_mechanisms_stay_small():
+    """No module in ``convert/mechanisms`` or ``convert/methods`` over 400 lines, no function there over 60: a method is
+    its options, its plan and its card blocks; a mechanism one release (the DPDFD engine once grew to 819 lines)."""
+    big = []
+    for folder in ("convert/mechanisms", "convert/methods"):
+        for path in sorted((ROOT / folder).glob("*.py")):
+            text = path.read_text()
+            if len(text.splitlines()) > MAX_KERNEL_MODULE_LINES:
+                big.append(f"{path.relative_to(ROOT)} ({len(text.splitlines())} lines)")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > MAX_KERNEL_FUNCTION_LINES:
+                    big.append(f"{path.relative_to(ROOT)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert big == []
+
+
+def test_distillation_is_post_processing_of_the_release():
+    """``convert/distill`` (query choice, student and generator training) imports nothing that reads private data, draws
+    DP noise or holds a release: the DPDFD engine in ``mechanisms/`` calls the teacher and hands it released rows only.
+    (tests/test_per_answer.py checks the same at run time with a teacher that raises outside the release.)"""
+    mods = _modules()
+    forbidden = {m for m in mods if m.startswith(("dpconvert.mechanisms", "dpconvert.io", "dpconvert.methods", "dpconvert.pipeline"))}
+    leaks = {m: sorted(_imports(m, p, set(mods)) & forbidden) for m, p in mods.items() if m.startswith("dpconvert.distill")}
+    assert {m: i for m, i in leaks.items() if i} == {}
+    assert len(leaks) >= 6  # the package exists and was scanned

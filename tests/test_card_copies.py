@@ -205,7 +205,7 @@ def test_a_large_delta_needs_an_opt_in_that_the_card_and_the_audit_show(tmp_path
 @pytest.mark.slow
 def test_the_default_delta_does_not_warn_on_the_default_run(tmp_path, cli):
     """δ is tied to the number of protected answers, so the quick start's card carries no δ warning."""
-    from dpconvert.methods.dpdfd import default_batch_size
+    from dpconvert.methods.dpdfd_options import default_batch_size
     from dpconvert.io.spec import InputSpec
 
     code, _, err = cli("builtin:digits", "--epochs", "1", "--out", tmp_path / "s.onnx")

@@ -9,7 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from dpconvert.accounting import DpdfdAccountant, dpdfd
-from dpconvert.mechanisms.dpdfd import Dpdfd, DpdfdConfig, label_log_likelihood, per_sample_output_gradient
+from dpconvert.distill.config import DpdfdConfig
+from dpconvert.mechanisms.dpdfd import Dpdfd
+from dpconvert.mechanisms.output_gradients import label_log_likelihood, per_sample_output_gradient
 from dpconvert.generators import GENERATORS, create_generator
 from dpconvert.mechanisms.gaussian_release import NormalisedGaussianRelease
 from dpconvert.io.spec import InputSpec
@@ -73,7 +75,7 @@ def _release_and_train(teacher, student, cfg, order_seed):
     """One DPDFD release and one replay; returns the released inputs (minibatch order from ``order_seed``)."""
     job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC))
     job.release()
-    job.rng = torch.Generator().manual_seed(order_seed)
+    job.trainer.rng = torch.Generator().manual_seed(order_seed)
     job.train_student()
     return job.released_inputs()
 
@@ -199,8 +201,8 @@ def test_the_time_estimate_counts_the_student_samples_the_run_trains_on():
     job = Dpdfd(lambda x: torch.randn(len(x), 10), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
                 prior=create_generator("random_fields", SPEC))
     trained = []
-    fit = job._fit_forward
-    job._fit_forward = lambda x: (trained.append(len(x)), fit(x))[1]
+    fit = job.model.fit_forward
+    job.model.fit_forward = lambda x: (trained.append(len(x)), fit(x))[1]
     planned = job._planned_student_samples()
     job.run()
     assert planned == sum(trained) == 2 * 32 * (1 + 2 + 3)
@@ -212,8 +214,9 @@ def test_cosine_schedule_decays_the_student_lr_to_zero_over_each_replay():
     job = Dpdfd(lambda x: torch.randn(len(x), 10), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
                 prior=create_generator("random_fields", SPEC))
     seen = []
-    step = job.opt_s.step
-    job.opt_s.step = lambda: (seen.append(job.opt_s.param_groups[0]["lr"]), step())
+    opt = job.trainer.opt
+    step = opt.step
+    opt.step = lambda: (seen.append(opt.param_groups[0]["lr"]), step())
     job.run()
     assert len(seen) == 8 and seen[0] == cfg.student_lr
     assert all(a > b for a, b in zip(seen, seen[1:])) and seen[-1] < 0.05 * cfg.student_lr
@@ -313,7 +316,7 @@ def test_a_release_never_repeats_an_input():
     x = job.released_inputs()
     assert len(x) == len(torch.unique(x.flatten(1), dim=0)) == 200
     # 200 plain draws from 360 inputs do repeat (birthday bound), so this test fails if the redraw is removed
-    z, _ = job.sample(200, source.nz)
+    z, _ = job.queries.sample(200, source.nz)
     assert len(torch.unique(source(z).flatten(1), dim=0)) < 200
 
 
@@ -372,7 +375,7 @@ def test_two_million_distinct_views_from_five_thousand_images():
 
 def test_first_occurrences_is_exact():
     """The hashed distinct-input check finds exactly what sorting whole rows finds (copies, ±0.0, collisions aside)."""
-    from dpconvert.mechanisms.dpdfd import first_occurrences
+    from dpconvert.mechanisms.distinct_inputs import first_occurrences
 
     def reference(x):
         _, inverse = torch.unique((x + 0.0).reshape(len(x), -1), dim=0, return_inverse=True)
@@ -409,7 +412,7 @@ def test_empirical_bayes_denoiser_beats_the_raw_means_and_keeps_clean_ones():
 def test_classifier_is_the_last_linear_of_a_sequential_head():
     """ScatterNet students keep their classifier inside a Sequential head (zeroing it used to crash DPDFD)."""
     from dpconvert.io.spec import InputSpec
-    from dpconvert.mechanisms.dpdfd import classifier
+    from dpconvert.distill.models import classifier
     from dpconvert.students import create_student
 
     spec = InputSpec(1, 8, 8, 10, (0.0,), (1.0,))
@@ -446,7 +449,7 @@ def test_device_defaults_and_bf16_autocast(tmp_path):
     import json
 
     import dpconvert
-    from dpconvert.methods.dpdfd import default_batch_size, default_epochs
+    from dpconvert.methods.dpdfd_options import default_batch_size, default_epochs
 
     big = InputSpec(3, 224, 224, 1000, (0.5,) * 3, (0.25,) * 3)
     assert default_batch_size(SPEC, "cuda") > default_batch_size(SPEC, "cpu")
@@ -522,7 +525,7 @@ def test_fixed_prior_images_are_the_default_for_28x28_inputs_only():
     explicit value, public images, a generator, `rows` or another input size keep one target per prior sample."""
     from types import SimpleNamespace
 
-    from dpconvert.methods.dpdfd import DEFAULT_PRIOR_IMAGES, DpdfdOptions, prior_images, public_targets
+    from dpconvert.methods.dpdfd_options import DEFAULT_PRIOR_IMAGES, DpdfdOptions, prior_images, public_targets
 
     fmnist, digits = InputSpec(1, 28, 28, 10), InputSpec(1, 8, 8, 10)
     plain, public = SimpleNamespace(public_data=None), SimpleNamespace(public_data="pub.npz")

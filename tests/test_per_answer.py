@@ -114,7 +114,8 @@ def test_a_differing_input_asked_only_sometimes_costs_at_most_one_release():
 # ------------------------------------------------------------------ the engine: distinct over the run, teacher only through the release
 def _engine(teacher, releases=3, batch=600, generator=True, seed=0):
     from dpconvert.io.spec import InputSpec
-    from dpconvert.mechanisms.dpdfd import Dpdfd, DpdfdConfig
+    from dpconvert.distill.config import DpdfdConfig
+    from dpconvert.mechanisms.dpdfd import Dpdfd
     from dpconvert.mechanisms.noise import mechanism_rng
     from dpconvert.generators import create_generator
     from dpconvert.students import create_student
@@ -140,7 +141,7 @@ def test_no_input_is_answered_twice_over_the_run(generator):
     job, acc = _engine(_digits_teacher(), generator=generator)
     job.run()
     inputs = torch.cat([job.released_inputs(r) for r in range(3)]).reshape(1800, -1)
-    assert len(torch.unique(inputs, dim=0)) == 1800 and len(job.answered) == 1800
+    assert len(torch.unique(inputs, dim=0)) == 1800 and len(job.answered.hashes) == 1800
     assert acc.count("normalised_gaussian_release") == 3 and acc.max_answers == 1
 
 
@@ -153,12 +154,12 @@ def test_a_source_that_repeats_itself_is_redrawn_across_releases(monkeypatch):
     pool = job.prior(torch.randn(120, job.prior.nz, generator=torch.Generator().manual_seed(1)))
     counter = {"i": 0}
 
-    def few(n, select=False):  # cycles through 120 fixed inputs
+    def few(n, pool_factor=1):  # cycles through 120 fixed inputs
         idx = (torch.arange(n) + counter["i"]) % len(pool)
         counter["i"] += n
         return pool[idx], torch.full((n, 2), -1, dtype=torch.long)
 
-    monkeypatch.setattr(job, "synthesise_with_sources", few)
+    monkeypatch.setattr(job.queries, "with_sources", few)
     monkeypatch.setattr(job, "store_z", False)
     job.release(), job.release()  # 100 of the 120 distinct inputs
     with pytest.raises(DpconvertError, match="not answered before"):

@@ -17,9 +17,9 @@ import typer
 
 from dpconvert.errors import DpconvertError
 from dpconvert.methods.adlm import AdlmOptions
-from dpconvert.methods.dpdfd import DpdfdOptions
+from dpconvert.methods.dpdfd_options import DpdfdOptions
 from dpconvert.methods.dpsgd import DpsgdOptions
-from dpconvert.methods.pknn import PknnOptions
+from dpconvert.methods.pknn_options import PknnOptions
 from dpconvert.accounting.statements import DELTA_CEILING
 from dpconvert.options import DEFAULT_DELTA, DEFAULT_EPS
 from dpconvert.version import __version__

@@ -214,13 +214,13 @@ def train_classifier(student: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                      generator: torch.Generator, flip: bool = True, balance: bool = False, world: World = LOCAL) -> None:
     """Supervised training on DP labels (post-processing). ``balance``: class weights ∝ 1/(count of each label).
     Across processes each rank trains on its part of every minibatch under DDP (the same draws on every rank)."""
-    from dpconvert.mechanisms.dpdfd import student_classes
+    from dpconvert.distill.models import student_classes
 
     weight = class_balance_weights(y, student_classes(student)) if balance else None
     opt = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=5e-4)
     steps = max(1, epochs * -(-len(x) // minibatch))
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
-    from .dpdfd import nhwc
+    from dpconvert.distill.models import nhwc
 
     student.to(memory_format=torch.channels_last).train()  # NHWC: CPU convolutions ~1.5× faster, the same arithmetic
     model = world.wrap_for_training(student)

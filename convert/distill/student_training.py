@@ -1,0 +1,119 @@
+"""Training DPDFD's student on released rows only ("Differentially Private Data-Free Distillation", Algorithm 1
+lines 11–12): replaying every released (x, y_s) pair, or fresh views of source images towards their averaged,
+denoised targets; and the logit adjustment after training. All of it is post-processing of the release."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from dpconvert.distributed import World
+
+from .config import DpdfdConfig
+from .models import StudentModel, classifier
+from .progress import Progress
+
+
+def cosine_lr(base: float, step: int, steps: int) -> float:
+    return base * 0.5 * (1 + math.cos(math.pi * step / steps))
+
+
+class StudentTrainer:
+    def __init__(self, cfg: DpdfdConfig, student: StudentModel, rng: torch.Generator, world: World, progress: Progress) -> None:
+        self.cfg, self.student, self.rng, self.world, self.progress = cfg, student, rng, world, progress
+        self.opt = torch.optim.Adam(student.module.parameters(), lr=cfg.student_lr)
+
+    def _step(self, loss: torch.Tensor, scale: float) -> float:
+        self.opt.zero_grad(set_to_none=True)
+        (loss * scale).backward()
+        self.opt.step()
+        return loss.item()
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+
+    def on_sources(self, idx: torch.Tensor, targets: torch.Tensor, views: Callable, nz: int, round_name: str) -> float:
+        """The student on fresh views of each queried image (``views(index, z)``), towards its denoised target."""
+        cfg = self.cfg
+        epochs = max(1, round(cfg.student_samples / max(len(idx), 1)))
+        steps, n, total = epochs * -(-len(idx) // cfg.source_minibatch), 0, 0.0
+        self.progress.phase(f"{round_name}: student", epochs * len(idx), "views")
+        self.student.module.train()
+        for _ in range(epochs):
+            for b in torch.randperm(len(idx), generator=self.rng).split(cfg.source_minibatch):
+                self._set_lr(cosine_lr(cfg.student_lr, n, steps))
+                z = torch.randn(len(b), nz, generator=self.rng).to(self.student.device)  # drawn whole: every rank's stream alike
+                pos, scale = self.world.part(torch.arange(len(b)))  # this rank's part of the minibatch
+                if pos is None:
+                    continue
+                out = self.student.fit_forward(views(idx[b[pos]].to(self.student.device), z[pos]))
+                y = targets[b[pos]]
+                if cfg.source_loss == "soft_ce":
+                    loss = -(F.softmax(y, 1) * F.log_softmax(out, 1)).sum(1).mean()
+                else:
+                    loss = 0.5 * (out - out.mean(1, keepdim=True) - (y - y.mean(1, keepdim=True))).pow(2).sum(1).mean()
+                total, n = total + self._step(loss, scale), n + 1
+                self.progress.advance(len(b))
+            self.progress.epoch_done()
+        return total / max(n, 1)
+
+    def score_targets(self, loglik: torch.Tensor, mech) -> torch.Tensor:
+        """Unbiased label scores λ·⟨g̃, ḡ_c⟩/C² (centred): E = λ⟨ḡ_t, ḡ_c⟩/C², maximal at the teacher label."""
+        y = loglik * mech.sigma**2 if mech.sigma > 0 else (loglik == 0).float()
+        y = self.cfg.score_scale * y
+        return y - y.mean(1, keepdim=True)
+
+    def _row_loss(self, out: torch.Tensor, y: torch.Tensor, mech) -> torch.Tensor:
+        target = self.cfg.student_target
+        if target == "score":
+            return 0.5 * (out - out.mean(1, keepdim=True) - self.score_targets(y, mech)).pow(2).sum(1).mean()
+        if target == "centred":  # the same, shift-invariant: the noise's common shift is not fitted
+            return 0.5 * (out - out.mean(1, keepdim=True) - (y - y.mean(1, keepdim=True))).pow(2).sum(1).mean()
+        return 0.5 * (out - y).pow(2).sum(1).mean()  # Algorithm 1 line 11: L_S(s, y_s) = ½‖s − y_s‖² (its gradient at release is γ·g̃)
+
+    def on_rows(self, x: torch.Tensor, y: torch.Tensor, render: Callable, mech, round_name: str, epochs: Optional[int] = None) -> float:
+        """Every released pair, ``epochs`` passes (x: the inputs, or the prior's z that ``render`` turns into them)."""
+        cfg = self.cfg
+        self.student.module.train()
+        total, n = 0.0, 0
+        epochs = cfg.student_epochs if epochs is None else epochs
+        steps = epochs * -(-len(x) // cfg.minibatch)
+        self.progress.phase(f"{round_name}: student", epochs * len(x), "rows")
+        for _ in range(epochs):
+            for idx, scale in self.world.minibatches(torch.randperm(len(x), generator=self.rng), cfg.minibatch):
+                if cfg.lr_schedule == "cosine":
+                    self._set_lr(cosine_lr(cfg.student_lr, n, steps))
+                out = self.student.fit_forward(render(x[idx]))
+                total, n = total + self._step(self._row_loss(out, y[idx], mech), scale), n + 1
+                self.progress.advance(len(idx) * self.world.size)  # the whole minibatch (each rank trains on its part)
+            self.progress.epoch_done()
+        return total / max(n, 1)
+
+
+@torch.no_grad()
+def adjust_for_query_prior(student: StudentModel, query_logits: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """Logit adjustment: head bias −= the student's mean logits over the released queries (``query_logits``).
+
+    The student learns E[row | x] under the query distribution. A data-free
+    prior puts most queries in one or two classes (FMNIST: sandal and bag),
+    so that mean is far from zero, and under noise argmax then returns the
+    query set's majority class on real inputs. Subtracting it is the logit
+    adjustment for a label shift to a uniform class prior (Menon et al.
+    2021). It uses only the student and the data-independent queries:
+    post-processing, no ε. Returns the shift that was removed.
+    """
+    head = classifier(student.module)
+    if head.bias is None:
+        raise ValueError("logit_adjust needs a classifier with a bias")
+    was_training = student.module.training
+    student.module.eval()
+    try:
+        shift = query_logits().mean(0)
+        head.bias.sub_(shift)
+    finally:
+        student.module.train(was_training)
+    return shift
