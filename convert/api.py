@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
-from .options import DEFAULT_DELTA, RunOptions, resolve_device
+from .options import RunOptions, resolve_device
 
 
 def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optional[float] = None, delta: Optional[float] = None,
@@ -69,53 +69,42 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
     return result
 
 
-def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[float] = None, n: Optional[int] = None,
-         releases: int = 1, batch_size: Optional[int] = None, noise_multiplier: Optional[float] = None, k: Optional[int] = None,
-         sampling_rate: Optional[float] = None, sigma1: Optional[float] = None, threshold: Optional[float] = None,
-         sigma2: Optional[float] = None, num_classes: int = 10, queries: int = 1000, answered: Optional[int] = None,
-         epochs: Optional[int] = None, clip: Optional[float] = None, sigma: Optional[float] = None, count_sigma: Optional[float] = None,
-         accounting: str = "per-answer", input_size: tuple[int, int, int] = (1, 28, 28), device: str = "cpu") -> dict:
-    """The privacy plan: σ for a target ε (or ε for a given σ), ε by every accountant, the record-level worst case.
+def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[float] = None, noise_multiplier: Optional[float] = None,
+         n: Optional[int] = None, input_size: tuple[int, int, int] = (1, 28, 28), num_classes: int = 10, queries: Optional[int] = None,
+         answered: Optional[int] = None, device: str = "cpu", **method_options) -> dict:
+    """The privacy plan of a conversion: σ for a target ε (or ε for a given σ), ε by every accountant, the record-level
+    worst case — computed by the same method object ``convert`` runs, so the plan is the run's.
 
-    DPDFD: ``releases``, ``batch_size``, ``noise_multiplier``, ``accounting`` (per-answer: the ε of one release for
-    any number of releases; composed), ``input_size`` and ``device`` (what B and δ default to): planned by the same
-    method object ``convert`` runs, so the plan is the run's. Private-kNN: ``k``, ``sampling_rate``, ``sigma1``,
-    ``threshold``, ``sigma2`` (defaults: ``PknnOptions``), ``num_classes``, ``queries``, ``answered`` (default all).
-    DP-SGD: ``epochs``, ``sampling_rate``, ``clip``, ``sigma``, ``count_sigma`` (defaults: ``DpsgdOptions``).
+    ``method_options`` are the method's own options, as ``convert`` takes them (``DpdfdOptions``: releases,
+    batch_size, accounting, …; ``PknnOptions``: k, sampling_rate, sigma1, threshold, sigma2, queries, …;
+    ``DpsgdOptions``: epochs, sampling_rate, clip, sigma, count_sigma; ``AdlmOptions``: relevance_share, …).
+    ``input_size``, ``num_classes`` and ``device``: the teacher's, for what the defaults follow from (DPDFD's B and δ).
+    ``queries``: how many queries a query-labelling method answers (Private-kNN: the public images' count).
+    ``answered`` (Private-kNN): ε if only that many queries pass the screening (default: all, as σ2 is calibrated).
     ``n``: the private-set size, if known, to check δ ≤ 1/n.
     """
-    from .accounting.planning import plan_pknn
+    from .accounting.planning import check_delta
     from .errors import DpconvertError
-    from .methods.pknn_options import PknnOptions
+    from .io.spec import InputSpec
+    from .methods import METHODS
 
-    if method == "dpdfd":
-        from .io.spec import InputSpec
-        from .methods import METHODS
-        from .methods.dpdfd_options import DpdfdOptions
+    m = METHODS.get(method)
+    if noise_multiplier is not None and method != "dpdfd":
+        raise DpconvertError(f"`noise_multiplier` is DPDFD's σ; method {method} takes its own noise option (or `eps`)")
+    run = RunOptions(method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, device=device)
+    opts = m.options(method_options)
+    result = m.plan(run, opts, InputSpec(*input_size, num_classes), queries=queries)
+    if method == "pknn" and (answered is not None or n is not None):
+        from .accounting.planning import plan_pknn
 
-        opts = DpdfdOptions(releases=releases, batch_size=batch_size, accounting=accounting)
-        run = RunOptions(eps=eps, delta=delta, noise_multiplier=noise_multiplier, device=device)
-        result = METHODS.get("dpdfd").plan(run, opts, InputSpec(*input_size, num_classes))
-        if n is not None:
-            from .accounting.planning import check_delta
-
-            check_delta(result["delta"], n)
-        return result
-    delta = DEFAULT_DELTA if delta is None else delta
-    if method == "pknn":
-        o = PknnOptions(**{k_: v for k_, v in dict(k=k, sampling_rate=sampling_rate, sigma1=sigma1, threshold=threshold, sigma2=sigma2).items()
-                           if v is not None})
-        return plan_pknn(eps=eps, delta=delta, k=o.k, sampling_rate=o.sampling_rate, sigma1=o.sigma1, threshold=o.threshold_value,
-                         sigma2=o.sigma2, num_classes=num_classes, queries=queries, answered=queries if answered is None else answered, n=n)
-    if method == "dpsgd":
-        from .accounting.planning import check_delta, plan_dpsgd
-        from .methods.dpsgd import DpsgdOptions
-
-        check_delta(delta, n)
-        o = DpsgdOptions(**{k_: v for k_, v in dict(epochs=epochs, sampling_rate=sampling_rate, clip=clip, sigma=sigma, count_sigma=count_sigma).items()
-                            if v is not None})
-        return plan_dpsgd(eps=eps, delta=delta, sampling_rate=o.sampling_rate, steps=o.steps, clip=o.clip, sigma=o.sigma, count_sigma=o.count_sigma)
-    raise DpconvertError(f"unknown `method` {method!r}; choose dpdfd, pknn or dpsgd")
+        total = result["queries_asked"]
+        realised = plan_pknn(eps=None, delta=result["delta"], k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1,
+                             threshold=opts.threshold_value, sigma2=result["sigma2"], num_classes=num_classes, queries=total,
+                             answered=total if answered is None else answered, n=n)
+        result = {**realised, "calibrated": result["calibrated"], "target_epsilon": result["target_epsilon"]}
+    elif n is not None:
+        check_delta(result["delta"], n)
+    return result
 
 
 def audit(paths, **policy) -> list:

@@ -185,15 +185,16 @@ def test_plan_cli_dpdfd(cli):
 def test_plan_cli_pknn(cli):
     import json
 
+    # σ2 given: ε is computed; as in convert, σ2 must fit the target ε if every query were answered (1.037 here)
     code, out, _ = cli("plan", "--method", "pknn", "--k", "300", "--sampling-rate", "0.15", "--sigma1", "75", "--threshold", "180",
-                       "--sigma2", "25", "--queries", "1000", "--answered", "735", "--json")
+                       "--sigma2", "25", "--queries", "1000", "--answered", "735", "--eps", "1.1", "--json")
     assert code == 0
     assert json.loads(out)["accountants"]["rdp_theorem7_autodp"] == pytest.approx(0.9666, abs=5e-4)
 
 
 @pytest.mark.parametrize("args,needle", [
     (["--eps", "0"], "--eps"), (["--eps", "1", "--delta", "1"], "--delta"), (["--eps", "1", "--steps", "0"], "--steps"),
-    (["--eps", "1", "--delta", "1e-4", "--n", "60000"], "1/n"), (["--method", "pate", "--eps", "1"], "dpdfd, pknn or dpsgd"),
+    (["--eps", "1", "--delta", "1e-4", "--n", "60000"], "1/n"), (["--method", "pate", "--eps", "1"], "adlm, dpdfd, dpsgd, pknn"),
 ])
 def test_plan_cli_bad(cli, args, needle):
     code, _, err = cli("plan", *args)

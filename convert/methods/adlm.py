@@ -75,11 +75,21 @@ class AdaptiveLaplaceMethod(Method):
         if run.student not in (None, STUDENT_NAME):
             raise DpconvertError(f"AdLM trains its own student ({STUDENT_NAME}); drop `student`")
 
+    def plan(self, run, opts: AdlmOptions, spec=None, queries=None) -> dict:
+        """Two Laplace releases at ε₁ = share·ε and ε₂ = ε − ε₁, scales b = 1/ε₁ and 1/ε₂ (L1 sensitivity 1 each)."""
+        from dpconvert.accounting.adjacency import ADJACENCY_RECORD
+
+        eps1, eps2 = opts.relevance_share * run.eps, (1 - opts.relevance_share) * run.eps
+        return {"method": "adlm", "delta": 0.0, "target_epsilon": run.eps, "calibrated": True, "epsilon": run.eps,
+                "epsilon_relevance": eps1, "epsilon_coefficients": eps2, "laplace_scales": [1 / eps1, 1 / eps2],
+                "accountants": {"laplace_composition": run.eps}, "scope": "record", "adjacency": ADJACENCY_RECORD,
+                "rows": [("ε₁ relevance (Laplace, b = 1/ε₁)", f"{eps1:.4g}"), ("ε₂ coefficients (Laplace, b = 1/ε₂)", f"{eps2:.4g}"),
+                         ("δ", "0 (pure ε-DP)")], "progress": {"label": "AdLM releases", "total": 2}}
+
     def run(self, run, opts: AdlmOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
 
         from dpconvert.accounting import LaplaceAccountant, library_versions
-        from dpconvert.accounting.adjacency import ADJACENCY_RECORD
         from dpconvert.io.data import load_data
         from dpconvert.mechanisms.adlm import AdaptiveLaplace
         from dpconvert.mechanisms.noise import SEEDED_WARNING, mechanism_rng
@@ -87,12 +97,10 @@ class AdaptiveLaplaceMethod(Method):
 
         self.check(run, opts)
         spec = teacher.spec
-        eps1, eps2 = opts.relevance_share * run.eps, (1 - opts.relevance_share) * run.eps
+        plan = self.plan(run, opts, spec)
+        eps1, eps2 = plan["epsilon_relevance"], plan["epsilon_coefficients"]
         if on_plan:
-            on_plan({"method": "adlm", "delta": 0.0, "target_epsilon": run.eps, "calibrated": True, "epsilon": run.eps,
-                     "accountants": {"laplace_composition": run.eps}, "scope": "record", "adjacency": ADJACENCY_RECORD,
-                     "rows": [("ε₁ relevance (Laplace, b = 1/ε₁)", f"{eps1:.4g}"), ("ε₂ coefficients (Laplace, b = 1/ε₂)", f"{eps2:.4g}"),
-                              ("δ", "0 (pure ε-DP)")], "progress": {"label": "AdLM releases", "total": 2}})
+            on_plan(plan)
         with phase("load data"):
             private = load_data(run.private_data, spec, require_labels=True, **run.data_format())
         torch.manual_seed(run.seed)

@@ -62,6 +62,12 @@ class Method(ABC):
         """Checks that combine the run's options with the method's, before anything is loaded."""
 
     @abstractmethod
+    def plan(self, run, opts, spec, queries: Optional[int] = None) -> dict:
+        """The privacy plan ``run`` calls before anything private is read: the noise for the target ε (or ε for the given
+        noise), ε by each accountant. ``dpconvert.plan`` calls the same method, so the plan is the run's. ``queries``:
+        how many queries a query-labelling method will answer (the public images' count; None: its default)."""
+
+    @abstractmethod
     def run(self, run, opts, teacher, on_plan: Callback = None, on_progress: Callback = None) -> MethodOutput:
         """Plan (report it through ``on_plan`` before any private data is touched), run the mechanism, describe it."""
 

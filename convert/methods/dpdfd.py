@@ -58,7 +58,7 @@ class Dpdfd(Method):
         if unknown:
             raise DpconvertError(f"unknown DPDFD engine setting {unknown[0]!r}")
 
-    def plan(self, run, opts: DpdfdOptions, spec) -> dict:
+    def plan(self, run, opts: DpdfdOptions, spec, queries: Optional[int] = None) -> dict:
         from dpconvert.accounting.planning import plan_dpdfd
         from dpconvert.options import units_delta
 

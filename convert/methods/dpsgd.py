@@ -78,7 +78,7 @@ class DpSgdMethod(Method):
         if run.noise_multiplier is not None:
             raise DpconvertError("`noise_multiplier` is DPDFD's σ; for DP-SGD give `sigma` (ε is then computed) or `eps`")
 
-    def plan(self, run, opts: DpsgdOptions) -> dict:
+    def plan(self, run, opts: DpsgdOptions, spec=None, queries: Optional[int] = None) -> dict:
         from dpconvert.accounting.planning import plan_dpsgd
 
         plan = plan_dpsgd(eps=run.eps, delta=run.delta, sampling_rate=opts.sampling_rate, steps=opts.steps, clip=opts.clip,

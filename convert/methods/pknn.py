@@ -100,6 +100,35 @@ class PrivateKnn(Method):
         if g.save_generator:
             check_generator_path(g.save_generator, out, True, run.force)
 
+    def plan(self, run, opts: PknnOptions, spec, queries: Optional[int] = None) -> dict:
+        """σ2 for `queries` answered queries (default: ``opts.queries``, else GENERATOR_QUERIES from a query generator),
+        as the run calibrates it: labels alone for cost-free queries (public images, the prior), composed with a DP-critic
+        GAN's planned events for `query_generator` dpgan. A DPDFD-trained or saved generator's realised cost is known only
+        after it ran (its file records it): the run's plan table shows the composition then."""
+        source = opts.query_generator or "public"
+        if source == "public":  # every public image, or `queries` of them
+            total = min(opts.queries or queries, queries) if queries is not None else (opts.queries or GENERATOR_QUERIES)
+        else:
+            total = opts.queries or queries or GENERATOR_QUERIES
+        if source in ("public", "prior"):
+            return self._check_sigma2(opts, self.label_plan(opts, spec.num_classes, run.eps, run.delta, total), run.eps)
+        if source == "dpgan" and opts.sigma2 is None:
+            from dpconvert.accounting import DpganPknnAccountant
+
+            from .dpgan import planned_events
+
+            planned = DpganPknnAccountant(events=planned_events(opts.gan_options(), generator_share(run, opts), run.delta / 2))
+            return self._joint_budget(run, opts, planned, spec.num_classes, total)[1]
+        raise DpconvertError(f"`query_generator` {source}: its cost is known once it has run; convert prints the composed plan "
+                             "before any label is released (or plan the labels alone with `public_data`-sized `queries`)")
+
+    @staticmethod
+    def _check_sigma2(opts: PknnOptions, plan: dict, eps_labels: float) -> dict:
+        if opts.sigma2 is not None and plan["epsilon"] > eps_labels:
+            raise DpconvertError(f"`sigma2` {opts.sigma2} gives ε={plan['epsilon']:.3f} > {eps_labels:.3f} if every query is answered; "
+                                 "raise `sigma2` or ask fewer `queries`")
+        return plan
+
     def label_plan(self, opts: PknnOptions, num_classes: int, eps: float, delta: float, queries: int) -> dict:
         from dpconvert.accounting.planning import plan_pknn
 
@@ -171,10 +200,7 @@ class PrivateKnn(Method):
             eps_labels, delta_labels = run.eps - eps_gen, run.delta / 2
         if source.cost is not None and kind in JOINTLY_CALIBRATED and opts.sigma2 is None:
             return self._joint_budget(run, opts, accountant, num_classes, total_q)
-        plan = self.label_plan(opts, num_classes, eps_labels, delta_labels, total_q)
-        if opts.sigma2 is not None and plan["epsilon"] > eps_labels:
-            raise DpconvertError(f"`sigma2` {opts.sigma2} gives ε={plan['epsilon']:.3f} > {eps_labels:.3f} if every query is answered; "
-                                 "raise `sigma2` or ask fewer `queries`")
+        plan = self._check_sigma2(opts, self.label_plan(opts, num_classes, eps_labels, delta_labels, total_q), eps_labels)
         if source.cost is not None:  # the plan table shows both parts of the composition
             eps_gen = run.eps - eps_labels
             plan["accountants"] = {f"query generator ({kind}) at δ/2": eps_gen, **{f"labels, {k} at δ/2": v for k, v in plan["accountants"].items()}}

@@ -1,0 +1,49 @@
+"""A registry contract, like timm's tests over ``list_models()``: for every registered method, ``dpconvert.plan``
+plans exactly the noise, the steps and the δ that ``dpconvert.convert`` then runs with the same options."""
+
+from __future__ import annotations
+
+import pytest
+
+import dpconvert
+from dpconvert.methods import METHODS
+
+PRIVATE = dict(private_data="builtin:digits:train")
+# method → (what convert is given besides the teacher, the method options both get, [(plan key, card mechanism key)])
+CASES = {
+    "dpdfd": ({}, dict(batch_size=20_000, releases=2, epochs=1), [("sigma", "sigma"), ("steps", "releases"), ("batch_size", "batch_size")]),
+    "pknn": (dict(**PRIVATE, public_data="builtin:digits"), dict(k=40, sampling_rate=0.3, sigma1=20, epochs=1),
+             [("sigma2", "sigma2"), ("k", "k"), ("sampling_rate", "sampling_rate"), ("sigma1", "sigma1"), ("threshold", "threshold"),
+              ("queries_asked", "queries_asked")]),
+    "dpsgd": (PRIVATE, dict(epochs=1), [("sigma", "sigma"), ("steps", "steps"), ("sampling_rate", "sampling_rate"), ("clip", "clip"),
+                                        ("count_sigma", "count_sigma")]),
+    "adlm": (PRIVATE, {}, [("epsilon_relevance", "epsilon_relevance"), ("epsilon_coefficients", "epsilon_coefficients")]),
+}
+EPS = {"pknn": 8.0}  # the tiny digits set needs a larger ε for Private-kNN to answer anything
+PUBLIC_DIGITS = 450  # builtin:digits (the test split): Private-kNN's queries, one per public image
+
+
+def test_every_registered_method_has_a_case():
+    assert sorted(CASES) == METHODS.names()
+
+
+@pytest.mark.parametrize("method", sorted(CASES))
+def test_plan_plans_what_convert_runs(method, tmp_path):
+    given, options, pairs = CASES[method]
+    eps = EPS.get(method, 1.0)
+    r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", method=method, eps=eps, **given, **options)
+    card = r.card.data
+    plan = dpconvert.plan(method, eps=eps, input_size=(1, 8, 8), queries=PUBLIC_DIGITS if method == "pknn" else None, **options)
+    for plan_key, card_key in pairs:
+        assert plan[plan_key] == card["mechanism"][card_key], (plan_key, plan[plan_key], card["mechanism"][card_key])
+    assert plan["delta"] == card["guarantee"]["delta"]
+    assert card["guarantee"]["epsilon"] <= plan["epsilon"] * (1 + 1e-9)  # realised ≤ planned (Private-kNN answers fewer)
+
+
+def test_plan_refuses_what_convert_refuses():
+    with pytest.raises(dpconvert.DpconvertError, match="`noise_multiplier` is DPDFD's"):
+        dpconvert.plan("pknn", noise_multiplier=3)
+    with pytest.raises(dpconvert.DpconvertError, match="`releases` is not an option of method 'dpsgd'"):
+        dpconvert.plan("dpsgd", releases=3)
+    with pytest.raises(dpconvert.DpconvertError, match="unknown method 'pate'"):
+        dpconvert.plan("pate")
