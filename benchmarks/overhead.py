@@ -87,7 +87,8 @@ def bare_pknn(run_card: dict, job: dict, teacher_spec, seed: int) -> dict:
     from dpconvert.io.data import load_data
     from dpconvert.mechanisms.features import batched_features, create_features
     from dpconvert.mechanisms.private_knn import student_features, train_classifier
-    from dpconvert.methods.pknn import PknnOptions, combine_features
+    from dpconvert.mechanisms.private_knn import combine_features
+    from dpconvert.methods.pknn_options import PknnOptions
     from dpconvert.students import create_student, default_student_name
 
     m = run_card["mechanism"]

@@ -83,7 +83,9 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
             with phase("load data"):
                 eval_ds = load_data(run.eval_data, teacher.spec, require_labels=True, **run.data_format())
         relay_plan = (lambda plan: on_plan({**plan, "method_choice": reason})) if on_plan else None
-        result = method.run(run, opts, teacher, relay_plan, on_progress)
+        from dpconvert.context import RunContext
+
+        result = method.run(RunContext.build(run, teacher.spec, world), opts, teacher, relay_plan, on_progress)
         if not world.is_main:
             return None
         utility = None

@@ -70,7 +70,9 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
     spec = InputSpec(*input_size, num_classes, mean=(0.0,) * input_size[0], std=(1.0,) * input_size[0])  # generator output = pixels
     gan_opts = gan or GanOptions()
     CRITICS.get(gan_opts.critic)  # an unknown critic fails here, before the data is read
-    result = train_dpgan(run, gan_opts, spec, eps, delta, on_progress)
+    from .context import RunContext
+
+    result = train_dpgan(RunContext.build(run, spec), gan_opts, spec, eps, delta, on_progress)
     x, labels = sample_labelled(result.generator, samples, num_classes, torch.Generator().manual_seed(seed))  # each image's class
     pixels = (x.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
     buf = io.BytesIO()

@@ -30,6 +30,7 @@ def test_analytic_gaussian_known_value():
     assert gaussian.delta(e, s) == pytest.approx(norm.cdf(-e * s + 1 / (2 * s)) - math.exp(e) * norm.cdf(-e * s - 1 / (2 * s)), rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sigma", [3.0, 10.0, 40.0, 100.0, 500.0])
 @pytest.mark.parametrize("steps", [1, 50, 720])
 @pytest.mark.parametrize("delta", [1e-3, 1e-5, 1e-8])
@@ -115,6 +116,7 @@ def test_mnist_configuration_of_the_original_code():
     assert eps["epsilon"] == min(eps["rdp_theorem7_autodp"], eps["pld_gaussian_screening"])
 
 
+@pytest.mark.slow
 def test_pknn_sigma2_calibration_never_overshoots():
     plan = pknn.PknnPlan(300, 0.15, 75.0, 180.0, 1.0, 10, 1000, 735)
     for target in (0.9, 1.5, 3.0):

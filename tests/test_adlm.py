@@ -56,7 +56,7 @@ def test_the_noise_that_ran_is_the_noise_on_the_card():
     """Releases of all-zero sums are pure noise: per-entry std √2·b with b = 1/ε, and the events say b and Δ₁ = 1."""
     acc = LaplaceAccountant()
     mech = AdaptiveLaplace(eps_relevance=0.2, eps_coefficients=0.8, relevance_power=1.0, accountant=acc,
-                           generator=torch.Generator().manual_seed(1))
+                           noise=torch.Generator().manual_seed(1))
     noise = mech.release(torch.zeros(100, 500), 0.8)
     assert noise.std().item() == pytest.approx(math.sqrt(2) / 0.8, rel=0.02)
     assert acc.state_dict()["events"] == [{"mechanism": "laplace", "params": {"scale": 1 / 0.8, "l1_sensitivity": 1.0}, "count": 1}]

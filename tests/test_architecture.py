@@ -198,3 +198,34 @@ def test_distillation_is_post_processing_of_the_release():
     leaks = {m: sorted(_imports(m, p, set(mods)) & forbidden) for m, p in mods.items() if m.startswith("dpconvert.distill")}
     assert {m: i for m, i in leaks.items() if i} == {}
     assert len(leaks) >= 6  # the package exists and was scanned
+
+
+def _calls_outside_kernel(predicate) -> list:
+    """``file:line`` of every AST node outside ``convert/mechanisms/`` (and the RunContext that builds the run's noise
+    stream) for which ``predicate(node)`` holds."""
+    hits = []
+    for folder in ("convert", "generators", "students", "zoo_cards"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if rel.parts[:2] == ("convert", "mechanisms") or rel == Path("convert/context.py"):
+                continue
+            hits += [f"{rel}:{n.lineno}" for n in ast.walk(ast.parse(path.read_text())) if predicate(n)]
+    return hits
+
+
+def _called(node, names) -> bool:
+    f = getattr(node, "func", None) if isinstance(node, ast.Call) else None
+    return (isinstance(f, ast.Name) and f.id in names) or (isinstance(f, ast.Attribute) and f.attr in names)
+
+
+def test_only_the_privacy_kernel_opens_private_data_or_draws_dp_noise():
+    """The privacy kernel is ``convert/mechanisms/``: the private records are a handle (``PrivateRecords``) that only
+    a mechanism opens, and the DP noise stream (``NoiseStream``) is made once per run by the RunContext and drawn from
+    only by a mechanism. Methods, query sources, training loops and the CLI pass the handles along."""
+    opened = _calls_outside_kernel(lambda n: _called(n, {"open_records"}))
+    read_directly = _calls_outside_kernel(lambda n: _called(n, {"load_data"}) and any(
+        isinstance(a, ast.Attribute) and a.attr == "private_data" for a in [*n.args, *[k.value for k in n.keywords]]))
+    noise_made = _calls_outside_kernel(lambda n: _called(n, {"secret_generator", "mechanism_rng", "noise_stream"}))
+    noise_drawn = _calls_outside_kernel(lambda n: isinstance(n, ast.Attribute) and n.attr == "generator" and (
+        (isinstance(n.value, ast.Name) and n.value.id == "noise") or (isinstance(n.value, ast.Attribute) and n.value.attr == "noise")))
+    assert (opened, read_directly, noise_made, noise_drawn) == ([], [], [], [])

@@ -140,6 +140,7 @@ def synthetic(signed, tmp_path_factory):
     return d / "data.npz"
 
 
+@pytest.mark.slow
 def test_a_synth_data_card_is_gated_like_a_model(synthetic, signed, cli, tmp_path):
     card = json.loads(Path(f"{synthetic}.card.json").read_text())
     text = json.dumps(card)
@@ -177,6 +178,7 @@ def test_a_data_card_can_be_signed_after_the_fact(synthetic, signed, cli, tmp_pa
     assert _failures(cli, tmp_path, data, *_gate(signed), "--max-eps", "4")[0] == 0
 
 
+@pytest.mark.slow
 def test_timings_stay_off_artefacts_and_the_console_with_private_data(tmp_path, cli):
     args = ["builtin:digits", "--method", "dpsgd", "--private-data", "builtin:digits:train", "--epochs", "1", "--out"]
     code, out, err = cli(*args, tmp_path / "a.onnx")

@@ -82,6 +82,7 @@ def test_same_seed_same_student(tmp_path, cli):
     assert hashes[0] == hashes[1]
 
 
+@pytest.mark.slow
 def test_noise_is_secret_by_default_and_seeded_noise_is_an_audited_opt_in(tmp_path, cli):
     """Default: the noise comes from OS entropy and no mechanism seed is on the card (same --seed, different noise).
     --seeded-noise: reproducible, flagged on the card, and the audit fails it unless --allow-seeded-noise."""

@@ -86,6 +86,7 @@ def sharded(tmp_path_factory):
     return torch.load(one / "rank0.pt"), [torch.load(two / f"rank{r}.pt") for r in range(2)]
 
 
+@pytest.mark.slow
 def test_sharded_release_with_a_replicated_stream_is_the_one_process_release(sharded):
     """Seeded noise (tests only): each rank noises its rows with the noise one process would have drawn for them."""
     single, ranks = sharded

@@ -127,6 +127,7 @@ def test_pknn_on_embedding_gan_queries_end_to_end_and_a_forged_card_is_caught(tm
     assert any(w == "accounting.state.events" for w, _ in check_card(forged)[1])
 
 
+@pytest.mark.slow
 def test_label_noise_is_calibrated_against_the_composed_bound():
     """σ2 spends what the joint RDP composition leaves: the planned composed ε meets the target (not ≈ 0.7 of it, as
     calibrating the labels alone by basic composition did), and never exceeds it."""

@@ -186,7 +186,7 @@ def test_progress_display_does_not_change_the_student():
         student.load_state_dict(init)
         cfg = DpdfdConfig(releases=2, batch_size=64, sigma=1.0, student_epochs=3, minibatch=32, prior_pool=2)
         job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC),
-                    noise_rng=torch.Generator().manual_seed(1))  # the same noise in both runs (the default stream is secret)
+                    noise=torch.Generator().manual_seed(1))  # the same noise in both runs (the default stream is secret)
         if watch:
             job.attach_holdout(100)
         job.run(on_progress=(lambda info: None) if watch else None)
@@ -265,7 +265,7 @@ def test_logit_adjustment_centres_the_student_on_the_queries_and_is_post_process
         accountant = DpdfdAccountant()
         cfg = DpdfdConfig(releases=1, batch_size=200, sigma=1.0, student_epochs=1, minibatch=50, logit_adjust=adjust)
         job = Dpdfd(lambda x: teacher(x), student, None, cfg, accountant, prior=create_generator("random_fields", SPEC),
-                    noise_rng=torch.Generator().manual_seed(1))
+                    noise=torch.Generator().manual_seed(1))
         job.run()
         assert accountant.count(NormalisedGaussianRelease.mechanism) == 1
         trained[adjust] = student.eval()
@@ -358,6 +358,7 @@ def test_views_of_source_images_are_distinct_and_averaged_per_image():
     assert torch.allclose(targets, expected, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_two_million_distinct_views_from_five_thousand_images():
     """Sub-pixel shifts: a GPU-sized release of distinct inputs from a few thousand public images (8×8 here for speed)."""
     source = _public_source(5000, mix_prob=0.0)
@@ -434,7 +435,7 @@ def test_keeping_z_instead_of_images_trains_the_same_student():
         teacher = create_student("datalens_cnn", SPEC).eval()
         cfg = DpdfdConfig(releases=2, batch_size=300, sigma=2.0, student_epochs=2, minibatch=64, prior_pool=1, image_buffer_bytes=limit)
         job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC),
-                    noise_rng=torch.Generator().manual_seed(5))
+                    noise=torch.Generator().manual_seed(5))
         assert job.store_z == (limit == 0)
         job.run()
         assert job.buffer_x[0].shape[1:] == ((job.prior.nz,) if limit == 0 else (1, 8, 8))
@@ -465,7 +466,7 @@ def test_device_defaults_and_bf16_autocast(tmp_path):
     teacher = create_student("datalens_cnn", SPEC).eval()
     cfg = DpdfdConfig(releases=1, batch_size=500, sigma=0.0, student_epochs=1, amp="bf16")
     job = Dpdfd(lambda x: teacher(x), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
-                prior=create_generator("random_fields", SPEC), noise_rng=torch.Generator().manual_seed(1))
+                prior=create_generator("random_fields", SPEC), noise=torch.Generator().manual_seed(1))
     job.release()
     assert job.buffer_y[0].dtype == torch.float32
     g = (job._student_on(job.buffer_x[0]) - job.buffer_y[0]) / cfg.target_step  # σ = 0: the normalised rows themselves

@@ -110,6 +110,7 @@ def test_pknn_on_dpgan_queries_end_to_end(tmp_path, cli):
     assert check_card(forged)[1]
 
 
+@pytest.mark.slow
 def test_synth_writes_data_card_and_grid(tmp_path, cli):
     from PIL import Image
 

@@ -57,7 +57,7 @@ def _linear_fit(sigma, clip=0.5, lr=1.0, seed=0):
     x, y = torch.randn(200, 400), torch.randint(0, 10, (200,))
     acc = DpsgdAccountant()
     mech = DpSgd(model, sigma=sigma, clip=clip, sampling_rate=0.5, steps=1, count_sigma=1e-9, lr=lr, momentum=0.0,
-                 accountant=acc, generator=torch.Generator().manual_seed(seed))
+                 accountant=acc, noise=torch.Generator().manual_seed(seed))
     return mech.fit(x, y).weight.detach().clone(), acc
 
 
@@ -97,6 +97,7 @@ def dpsgd_card(tmp_path_factory):
     return d / "s.onnx"
 
 
+@pytest.mark.slow
 def test_dpsgd_card_passes_audit_and_tampering_fails(dpsgd_card, tmp_path, cli):
     from dpconvert.auditing.card_checks import check_card
 

@@ -51,6 +51,7 @@ def overfit(tmp_path_factory):
     return d, model, (x, y, torch.from_numpy(non_x), torch.from_numpy(non_y))
 
 
+@pytest.mark.slow
 def test_overfit_model_is_clearly_attacked(overfit):
     _, model, (xi, yi, xo, yo) = overfit
     with torch.no_grad():
@@ -103,6 +104,7 @@ def test_write_card_records_empirical_audit(cli, tmp_path):
     assert cli("audit", out)[0] == 0  # hash and copies still agree
 
 
+@pytest.mark.slow
 def test_reference_model_lira_attacks_overfit_model(overfit, cli, tmp_path):
     d, _, _ = overfit
     rep = tmp_path / "r.json"

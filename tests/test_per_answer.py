@@ -116,7 +116,7 @@ def _engine(teacher, releases=3, batch=600, generator=True, seed=0):
     from dpconvert.io.spec import InputSpec
     from dpconvert.distill.config import DpdfdConfig
     from dpconvert.mechanisms.dpdfd import Dpdfd
-    from dpconvert.mechanisms.noise import mechanism_rng
+    from dpconvert.mechanisms.noise import noise_stream
     from dpconvert.generators import create_generator
     from dpconvert.students import create_student
 
@@ -126,7 +126,7 @@ def _engine(teacher, releases=3, batch=600, generator=True, seed=0):
                       prior_pool=3, seed=seed, logit_adjust=True, prior_fraction=0.5 if generator else 1.0)
     acc = PerAnswerDpdfdAccountant()
     job = Dpdfd(teacher, create_student("datalens_cnn", spec), create_generator("dafl_small", spec) if generator else None, cfg, acc,
-                prior=create_generator("random_fields", spec), noise_rng=mechanism_rng(seed, seeded=True)[0])
+                prior=create_generator("random_fields", spec), noise=noise_stream(seed, seeded=True))
     return job, acc
 
 

@@ -317,6 +317,7 @@ def test_timm_backbone_features_errors(tmp_path):
         create_features(f"timm:resnet10t@{tmp_path / 'missing.safetensors'}", DIGITS_SPEC)
 
 
+@pytest.mark.slow
 def test_pknn_cli_with_a_timm_backbone(public_backbone, tmp_path, cli):
     path, _ = public_backbone
     out = tmp_path / "s.onnx"
@@ -330,7 +331,8 @@ def test_pknn_cli_with_a_timm_backbone(public_backbone, tmp_path, cli):
 
 def test_next_round_features_concatenate_the_first_map():
     from dpconvert.errors import DpconvertError
-    from dpconvert.methods.pknn import PknnOptions, next_round_features
+    from dpconvert.mechanisms.private_knn import next_round_features
+    from dpconvert.methods.pknn_options import PknnOptions
     from dpconvert.students import create_student
 
     student = create_student("datalens_cnn", DIGITS_SPEC).eval()

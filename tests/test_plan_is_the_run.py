@@ -27,6 +27,7 @@ def test_every_registered_method_has_a_case():
     assert sorted(CASES) == METHODS.names()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(CASES))
 def test_plan_plans_what_convert_runs(method, tmp_path):
     given, options, pairs = CASES[method]

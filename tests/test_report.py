@@ -44,6 +44,7 @@ def zoo_report(tmp_path_factory):
     return d / "report.html", len(list(zoo.glob("*.card.json")))
 
 
+@pytest.mark.slow
 def test_report_has_one_row_per_model_and_inline_plots(zoo_report):
     path, models = zoo_report
     p = _Rows()

@@ -28,6 +28,7 @@ def _card(path) -> dict:
     return json.loads(Path(f"{path}.card.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_dp_trained_teacher_passes_its_record_level_guarantee_on(dp_teacher, tmp_path, cli):
     out = tmp_path / "s.onnx"
     code, _, err = cli(dp_teacher, "--eps", "1", *FAST, "--out", out)  # the card embedded in the ONNX teacher
@@ -41,6 +42,7 @@ def test_a_dp_trained_teacher_passes_its_record_level_guarantee_on(dp_teacher, t
     assert cli("audit", out)[0] == 0
 
 
+@pytest.mark.slow
 def test_the_audit_fails_an_edited_teacher_block(dp_teacher, tmp_path, cli):
     from dpconvert.auditing.card_checks import check_card
 
@@ -57,6 +59,7 @@ def test_the_audit_fails_an_edited_teacher_block(dp_teacher, tmp_path, cli):
         assert any(w == field for w, _ in check_card(forged)[1]), field
 
 
+@pytest.mark.slow
 def test_a_changed_teacher_file_passes_nothing_on(dp_teacher, tmp_path, cli):
     changed = tmp_path / "teacher.onnx"
     shutil.copy(dp_teacher, changed)

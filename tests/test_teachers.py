@@ -173,6 +173,7 @@ def test_imagenet_shaped_timm_checkpoint_converts_end_to_end(tmp_path, cli):
     assert card["export"]["parity"]["top1_agreement"] == 1.0
 
 
+@pytest.mark.slow
 def test_a_bare_timm_state_dict_is_recognised(models, tmp_path, cli):
     """The headline: `dpconvert resnet34.pt --eps 1 --out student.onnx` with no --arch: the keys say ResNet, the head
     says 10 classes, the first convolution 1 channel; timm's config gives the input size."""

@@ -73,6 +73,7 @@ def test_audit_rejects_a_relabelled_scope_even_with_both_copies_forged(dpdfd_mod
 
 
 # ------------------------------------------------------------------ signatures
+@pytest.mark.slow
 def test_signed_cards(dpdfd_model, tmp_path, cli):
     keys, other = tmp_path / "keys", tmp_path / "other"
     keys.mkdir()
@@ -141,6 +142,7 @@ def test_secret_generator_state_comes_from_os_entropy(monkeypatch):
 
 
 # ------------------------------------------------------------------ data-dependent side channels
+@pytest.mark.slow
 def test_private_set_size_and_data_dependent_checks_stay_off_the_card(tmp_path, cli):
     """The findings: the card published n exactly, and a missing class or k > γn/2 aborted the run."""
     rng = np.random.default_rng(0)
@@ -209,6 +211,7 @@ def saved_gen(tmp_path_factory):
     return gen
 
 
+@pytest.mark.slow
 def test_saved_generator_is_bound_to_its_weights_and_teacher(saved_gen, tmp_path, cli):
     from safetensors import safe_open
     from safetensors.torch import save_file
@@ -262,6 +265,7 @@ def create_digits_shaped_teacher(tmp_path: Path) -> Path:
 
 
 # ------------------------------------------------------------------ δ against the number of protected answers
+@pytest.mark.slow
 def test_large_delta_for_the_number_of_answers_is_warned(tmp_path, cli):
     code, _, err = cli("builtin:digits", "--eps", "1", "--delta", "1e-4", "--steps", "1", "--batch-size", "20000", "--epochs", "1",
                        "--out", tmp_path / "s.onnx")
@@ -271,6 +275,7 @@ def test_large_delta_for_the_number_of_answers_is_warned(tmp_path, cli):
 
 
 # ------------------------------------------------------------------ public-image queries: the per-image ε
+@pytest.mark.slow
 def test_public_image_queries_carry_a_per_image_epsilon(tmp_path, cli):
     """Augmented copies of one public image are different queries, so the query-level ε says little about one image:
     the card records the most rows one source image filled (m) and the ε for all of its answers (sensitivity √m·C)."""
@@ -300,6 +305,7 @@ def test_public_image_queries_carry_a_per_image_epsilon(tmp_path, cli):
     assert code == 1 and "public_images" in outp
 
 
+@pytest.mark.slow
 def test_per_image_targets_average_each_images_rows_and_keep_the_per_image_epsilon(tmp_path, cli):
     """--public-targets per-image: the student learns from per-image means of the released rows (post-processing), the card
     says so and still carries the per-image ε (m = the most views of one image), which the audit recomputes."""
@@ -321,6 +327,7 @@ def test_per_image_targets_average_each_images_rows_and_keep_the_per_image_epsil
     assert code != 0 and "needs --public-data" in err and not (tmp_path / "x.onnx").exists()
 
 
+@pytest.mark.slow
 def test_hugging_face_model_card(dpdfd_model, tmp_path, cli):
     import yaml
 
@@ -365,6 +372,7 @@ def test_audit_reads_a_hub_layout_folder(dpdfd_model, tmp_path, cli):
     assert code == 1 and "copies agree" in outp
 
 
+@pytest.mark.slow
 def test_timings_that_scale_with_the_private_set_stay_off_the_card(tmp_path, cli):
     code, outp, err = cli("builtin:digits", *PKNN_FAST, "--public-data", "builtin:digits", "--eps", "8", "--profile", "--out", tmp_path / "s.onnx")
     assert code == 0, err

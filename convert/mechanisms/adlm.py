@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import torch
 
+from dpconvert.mechanisms.noise import as_generator
+
 
 def laplace(shape: tuple, scale: float, generator: torch.Generator) -> torch.Tensor:
     """Lap(0, scale) samples (float64) from ``generator``: X = −b·sgn(U)·ln(1 − 2|U|), U ~ Uniform(−½, ½)."""
@@ -48,9 +50,10 @@ def relevance_weights(noisy_sums: torch.Tensor, power: float, floor: float = 0.1
 class AdaptiveLaplace:
     """The two releases; the object that draws the noise records each release with the scale it used."""
 
-    def __init__(self, *, eps_relevance: float, eps_coefficients: float, relevance_power: float, accountant, generator) -> None:
+    def __init__(self, *, eps_relevance: float, eps_coefficients: float, relevance_power: float, accountant, noise) -> None:
+        """``noise``: the run's ``NoiseStream`` (or a bare generator)."""
         self.eps_relevance, self.eps_coefficients, self.relevance_power = eps_relevance, eps_coefficients, relevance_power
-        self.accountant, self.generator = accountant, generator
+        self.accountant, self.generator = accountant, as_generator(noise)
 
     def release(self, sums: torch.Tensor, eps: float) -> torch.Tensor:
         """sums + Lap(1/ε) per entry, for class sums of L1-normalised rows (L1 sensitivity 1 under add/remove)."""
@@ -66,3 +69,17 @@ class AdaptiveLaplace:
         """μ_k = M_k / n̂_k from the noisy class sums (n̂_k = the row sum, floored at 1)."""
         noisy = self.release(class_sums(psi, labels, num_classes), self.eps_coefficients)
         return (noisy / noisy.sum(1, keepdim=True).clamp(min=1.0)).float()
+
+    def fit(self, records, student, num_classes: int, minibatch: int) -> None:
+        """Open the private records and set ``student``'s relevance and prototypes from the two releases: each record's
+        fixed features computed on their own, L1-normalised (the sensitivity bound ‖ψ‖₁ ≤ 1 enforced in float64,
+        students/scatternet.py: normalise), summed per class, noised."""
+        from dpconvert.profiling import phase
+
+        private = records.open_records()
+        with phase("fixed features", items=len(private.x)), torch.no_grad():
+            g = torch.cat([student.fixed_features(c) for c in private.x.split(minibatch)])
+        with phase("Laplace releases", items=2):
+            y, g = private.y.long(), g.double()
+            student.relevance.copy_(self.relevance(student.normalise(g, torch.ones(g.shape[1], dtype=g.dtype)), y, num_classes))
+            student.set_prototypes(self.prototypes(student.normalise(g, student.relevance.double()), y, num_classes))

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dpconvert.mechanisms.noise import as_generator
+
 
 class DpCritic(nn.Module):
     """Two strided convolutions and a projection-conditional output (Miyato & Koyama 2018): no batch statistics,
@@ -48,10 +50,10 @@ class DpGanTraining:
     """Trains ``generator`` against a DP critic on (x, y); reports every critic step to ``accountant``."""
 
     def __init__(self, generator: nn.Module, spec, *, sigma: float, clip: float, sampling_rate: float, steps: int, fake_batch: int,
-                 lr: float, accountant, noise: torch.Generator, train_rng: torch.Generator) -> None:
+                 lr: float, accountant, noise, train_rng: torch.Generator) -> None:
         self.generator, self.critic = generator, DpCritic(spec)
         self.spec, self.sigma, self.clip, self.sampling_rate, self.steps = spec, sigma, clip, sampling_rate, steps
-        self.fake_batch, self.lr, self.accountant, self.noise, self.train_rng = fake_batch, lr, accountant, noise, train_rng
+        self.fake_batch, self.lr, self.accountant, self.noise, self.train_rng = fake_batch, lr, accountant, as_generator(noise), train_rng
 
     def fake(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         z = torch.randn(n, self.generator.nz, generator=self.train_rng)
@@ -112,3 +114,10 @@ class DpGanTraining:
 
     def _record(self, opt) -> None:
         self.accountant.record("subsampled_gaussian", sigma=opt.noise_multiplier, clip=opt.max_grad_norm, sampling_rate=self.sampling_rate)
+
+
+def fit_on_private(training, records, report=None):
+    """Open the private records and train ``training`` (either critic's) on them: the critic's noisy release is the
+    only path from a record to the generator."""
+    private = records.open_records()
+    return training.fit(private.x, private.y, report)

@@ -30,6 +30,8 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from dpconvert.mechanisms.noise import as_generator
+
 
 class RandomFourierFeatures(nn.Module):
     """φ(x) for a Gaussian kernel of length scale ℓ (in [0, 1] pixel units) on the flattened image: unit norm for every
@@ -82,9 +84,9 @@ class EmbeddingGanTraining:
     read once, by :func:`noisy_embedding`, and never again."""
 
     def __init__(self, generator: nn.Module, spec, *, sigma: float, features: int, length_scale: float, steps: int,
-                 fake_batch: int, lr: float, accountant, noise: torch.Generator, train_rng: torch.Generator, feature_seed: int) -> None:
+                 fake_batch: int, lr: float, accountant, noise, train_rng: torch.Generator, feature_seed: int) -> None:
         self.generator, self.spec, self.sigma, self.steps, self.fake_batch, self.lr = generator, spec, sigma, steps, fake_batch, lr
-        self.accountant, self.noise, self.train_rng = accountant, noise, train_rng
+        self.accountant, self.noise, self.train_rng = accountant, as_generator(noise), train_rng
         self.phi = RandomFourierFeatures(spec, features, length_scale, feature_seed)
 
     def fit(self, x: torch.Tensor, y: torch.Tensor, on_step: Optional[Callable[[int, float, float], None]] = None) -> nn.Module:

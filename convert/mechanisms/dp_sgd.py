@@ -19,13 +19,18 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from dpconvert.profiling import phase
+
+from dpconvert.mechanisms.noise import as_generator
+
 
 class DpSgd:
     def __init__(self, module: torch.nn.Module, *, sigma: float, clip: float, sampling_rate: float, steps: int, count_sigma: float,
-                 lr: float, momentum: float, accountant, generator: torch.Generator) -> None:
+                 lr: float, momentum: float, accountant, noise) -> None:
+        """``noise``: the run's ``NoiseStream`` (or a bare generator): the lots and the noise are drawn from it."""
         self.module, self.sigma, self.clip, self.sampling_rate, self.steps = module, sigma, clip, sampling_rate, steps
         self.count_sigma, self.lr, self.momentum = count_sigma, lr, momentum
-        self.accountant, self.generator = accountant, generator
+        self.accountant, self.generator = accountant, as_generator(noise)
 
     def noisy_count(self, n: int) -> float:
         """ñ = n + N(0, σ_n²) (sensitivity 1), recorded; only the learning-rate scale uses it."""
@@ -78,6 +83,50 @@ class DpSgd:
 
     def _record(self, opt) -> None:
         self.accountant.record("subsampled_gaussian", sigma=opt.noise_multiplier, clip=opt.max_grad_norm, sampling_rate=self.sampling_rate)
+
+
+def train_on_private(records, student_name: str, spec, *, minibatch: int, make_sgd: Callable[[torch.nn.Module], "DpSgd"],
+                     named: Callable[..., None], on_step: Optional[Callable[[int], None]] = None):
+    """Open the private records, compute a fixed-feature student's features of each record (one record at a time in
+    effect), run DP-SGD on them; returns (student, what was trained, the Opacus engine used). ``make_sgd`` builds the
+    ``DpSgd`` for the module to train; ``named`` names progress phases (no record counts)."""
+    named("reading the private data")
+    private = records.open_records()
+    named("fixed features of the private records")
+    student, trainable, inputs, part = _trainable(student_name, spec, private.x, minibatch)
+    mech = make_sgd(trainable)
+    named("DP-SGD steps", mech.steps, "steps")
+    with phase("DP-SGD", items=mech.steps):
+        trained = mech.fit(inputs, private.y, on_step=on_step)
+    _put_back(student, trained, part)
+    return student, part, mech.engine
+
+
+def _trainable(name: str, spec, x, minibatch: int):
+    """(student, module DP-SGD trains, its inputs, description). A student with ``fixed_features`` (no weights) has them
+    computed once per record, one record at a time in effect (eval mode, no batch statistics); only its head is trained."""
+    import torch
+
+    from dpconvert.students import create_student
+
+    student = create_student(name, spec)
+    fixed = getattr(student, "fixed_features", None)
+    if fixed is not None:
+        with phase("fixed features", items=len(x)), torch.no_grad():
+            feats = torch.cat([fixed.eval()(c) for c in x.split(minibatch)])
+        return student, student.head, feats, "head only (the fixed scattering transform has no weights)"
+    from opacus.validators import ModuleValidator
+
+    student = ModuleValidator.fix(student)  # BatchNorm → GroupNorm: per-example gradients need per-example normalisation
+    for m in student.modules():
+        if hasattr(m, "inplace"):
+            m.inplace = False
+    return student, student, x, "the whole student (BatchNorm replaced by GroupNorm)"
+
+
+def _put_back(student, trained, part: str) -> None:
+    if part.startswith("head"):
+        student.head = trained
 
 
 def poisson_lots(n: int, sampling_rate: float, steps: int, generator: torch.Generator):

@@ -33,10 +33,11 @@ from dpconvert.distributed import LOCAL, World
 from dpconvert.errors import DpconvertError
 from dpconvert.mechanisms.distinct_inputs import AnsweredInputs, first_by_hash, flat_inputs, row_hash
 from dpconvert.mechanisms.gaussian_release import NormalisedGaussianRelease
-from dpconvert.mechanisms.noise import mechanism_rng
+from dpconvert.mechanisms.noise import as_generator, noise_stream
 from dpconvert.mechanisms.output_gradients import label_log_likelihood, per_sample_output_gradient
 from dpconvert.mechanisms.source_targets import DENOISERS, SourceTargets
 from dpconvert.profiling import phase
+from dpconvert.seeds import stream
 
 
 class Dpdfd:
@@ -46,9 +47,10 @@ class Dpdfd:
 
     def __init__(self, teacher: Callable, student: torch.nn.Module, generator: Optional[torch.nn.Module], cfg: DpdfdConfig,
                  accountant: DpdfdAccountant, device: str = "cpu", prior: Optional[torch.nn.Module] = None,
-                 noise_rng: Optional[torch.Generator] = None, world: World = LOCAL, replicated_noise: bool = False) -> None:
-        """``world``: under torchrun, this rank answers and noises its shard of every release and trains the student
-        with DDP (convert/distributed.py); ``replicated_noise``: every rank holds the same seeded noise stream."""
+                 noise=None, world: World = LOCAL) -> None:
+        """``noise``: the run's ``NoiseStream`` (a bare generator in tests; default: a secret one). ``world``: under
+        torchrun, this rank answers and noises its shard of every release and trains the student with DDP
+        (convert/distributed.py); a seeded noise stream is the same on every rank."""
         self.teacher, self.cfg, self.world, self.device = teacher, cfg, world, device
         self.student = student.to(device).to(memory_format=torch.channels_last)
         self.generator = generator.to(device) if generator is not None else None
@@ -64,9 +66,9 @@ class Dpdfd:
             torch.nn.init.zeros_(head.weight)
             torch.nn.init.zeros_(head.bias)
         # the DP noise: its own stream (mechanisms/noise.py: secret unless seeded noise was asked for)
-        self.noise_rng = noise_rng if noise_rng is not None else mechanism_rng(cfg.seed)[0]
-        self.mechanism = NormalisedGaussianRelease(sigma=cfg.sigma, clip=cfg.clip, accountant=accountant, generator=self.noise_rng,
-                                                   world=world, replicated_stream=replicated_noise)
+        noise = noise if noise is not None else noise_stream(cfg.seed)
+        self.mechanism = NormalisedGaussianRelease(sigma=cfg.sigma, clip=cfg.clip, accountant=accountant, generator=as_generator(noise),
+                                                   world=world, replicated_stream=getattr(noise, "seeded", False))
         self.model = StudentModel(self.student, device, cfg.amp, world)
         self.accountant = accountant
         self.progress = Progress()
@@ -298,7 +300,7 @@ class Dpdfd:
         """
         if n is None:
             n = max(128, min(1000, 2**25 // self.input_values))
-        main, self.queries.rng = self.rng, torch.Generator().manual_seed(self.cfg.seed + 2000)  # its own stream: watching must not
+        main, self.queries.rng = self.rng, stream("holdout", self.cfg.seed)  # its own stream: watching must not
         try:  # change the student (the CLI shows progress, the library need not)
             x = self.synthesise(n)
         finally:

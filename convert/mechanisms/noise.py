@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import dataclass, field
 
 import torch
 
@@ -60,10 +61,35 @@ def secret_generator() -> torch.Generator:
     return g
 
 
-def mechanism_rng(seed: int, *, seeded: bool = False, offset: int = 1) -> tuple[torch.Generator, dict]:
-    """(generator, the card's ``noise_rng`` / ``noise_secret`` fields): secret by default, from seed + offset when ``seeded``."""
+def mechanism_rng(seed: int, *, seeded: bool = False, stream: str = "noise") -> tuple[torch.Generator, dict]:
+    """(generator, the card's ``noise_rng`` / ``noise_secret`` fields): secret by default; with ``seeded``, the named
+    stream of ``seeds.STREAMS`` (``noise``, or ``dpgan_noise`` for the DP-critic GAN)."""
     if not seeded:
         return secret_generator(), {"noise_rng": SECRET_RNG, "noise_secret": True}
-    return (torch.Generator().manual_seed(seed + offset),
-            {"noise_rng": f"torch CPU generator seeded with {seed + offset} (`seeded_noise`: from `seed`; reproducible, NOT secret)",
+    from dpconvert.seeds import seed_of
+
+    return (torch.Generator().manual_seed(seed_of(stream, seed)),
+            {"noise_rng": f"torch CPU generator seeded with {seed_of(stream, seed)} (`seeded_noise`: from `seed`; reproducible, NOT secret)",
              "noise_secret": False})
+
+
+@dataclass
+class NoiseStream:
+    """The random stream one mechanism draws its DP noise and Poisson subsamples from, with what the card says of it
+    (``card_fields``: ``noise_rng``, ``noise_secret``) and the warning a seeded stream carries. Built once per run by
+    ``noise_stream``; only the privacy kernel (``convert/mechanisms/``) draws from ``generator``."""
+
+    generator: torch.Generator
+    card_fields: dict
+    warnings: list = field(default_factory=list)
+    seeded: bool = False
+
+
+def noise_stream(seed: int, *, seeded: bool = False, stream: str = "noise") -> NoiseStream:
+    generator, fields = mechanism_rng(seed, seeded=seeded, stream=stream)
+    return NoiseStream(generator, fields, [SEEDED_WARNING] if seeded else [], seeded)
+
+
+def as_generator(noise) -> torch.Generator:
+    """A mechanism's noise argument: a ``NoiseStream``, or a bare generator (tests that build a mechanism directly)."""
+    return noise.generator if isinstance(noise, NoiseStream) else noise

@@ -259,3 +259,70 @@ def student_features(student: torch.nn.Module) -> Callable:
         return F.normalize(f.flatten(1), dim=1)
 
     return phi
+
+
+def combine_features(opts, first, student):
+    """φ after round 1 from its parts: the student's features, or (``round_features="student+first"``) them beside
+    the first map's, down-weighted by ``round_features_weight`` before a joint normalisation."""
+    import torch
+    import torch.nn.functional as F
+
+    if opts.round_features == "student":
+        return student
+    return F.normalize(torch.cat([first, opts.round_features_weight * student], 1), dim=1)
+
+
+def next_round_features(opts, student, first_phi):
+    """φ for the next round as a function of x (the rounds themselves reuse the first map's features of the private set)."""
+    phi_s = student_features(student)
+    return lambda x: combine_features(opts, first_phi(x), phi_s(x))
+
+
+class PrivateKnnRounds:
+    """Private-kNN over the private records, round by round: opens them (with any canaries, which are extra records
+    and weaken nothing), keeps this rank's shard and their first-map features, and labels each round's queries by
+    the screening and the noisy argmax. What leaves is which queries were answered and their noisy histograms."""
+
+    def __init__(self, records, world: World = LOCAL) -> None:
+        private = records.open_records()
+        self.world, self._x, self._y = world, private.x, private.y.long()
+        self.num_records = len(private)  # for the operator's console notes only, never the card
+        self._first = None
+        self.mech: Optional[PknnMechanism] = None
+
+    def start(self, num_classes: int, canaries=None, *, knn: str, on_chunk=None, **mechanism) -> PknnMechanism:
+        """Append the included canaries ((x, y, inclusion bits), or None), take this rank's shard, build the mechanism
+        (``mechanism``: PknnMechanism's k, sampling_rate, sigma1, threshold, sigma2, accountant, noise, chunk)."""
+        from dpconvert.mechanisms.noise import as_generator
+
+        x, y = self._x, self._y
+        if canaries is not None:
+            cx, cy, bits = canaries
+            x, y = torch.cat([x, cx[bits]]), torch.cat([y, cy[bits]])
+        n = len(x)
+        mine = self.world.shard(n)
+        self._x, self._y = x[mine], y[mine]
+        noise = mechanism.pop("noise")
+        self.mech = PknnMechanism(self._y, num_classes, **mechanism, generator=as_generator(noise), world=self.world, num_records=n,
+                                  knn="exact" if self.world.distributed else resolve_knn(knn, n), replicated_stream=getattr(noise, "seeded", False))
+        self.mech.on_chunk = on_chunk
+        return self.mech
+
+    def label(self, opts, qx: torch.Tensor, first_phi: Callable, student=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(answered mask, noisy histograms of the answered queries) for queries ``qx``: φ is the first map in round 1,
+        then the student's features beside it (``opts``: round_features, round_features_weight). The student saw
+        public queries and DP labels only, so its features of the private records are post-processing."""
+        from dpconvert.mechanisms.features import batched_features
+        from dpconvert.profiling import phase
+
+        with phase("features", items=len(self._x) + len(qx)):
+            if student is None:
+                pfeats = self._first = batched_features(first_phi, self._x)  # kept: later rounds reuse it
+                qfeats = batched_features(first_phi, qx)
+            else:
+                phi_s = student_features(student)
+                pfeats = combine_features(opts, self._first, batched_features(phi_s, self._x))
+                qfeats = combine_features(opts, batched_features(first_phi, qx), batched_features(phi_s, qx))
+        with phase("kNN votes", items=len(qx)):
+            answered = self.mech.screen(qfeats, pfeats)
+            return answered, self.mech.noisy_histogram(qfeats[answered], pfeats)

@@ -28,7 +28,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from dpconvert.errors import DpconvertError
-from dpconvert.profiling import phase
 
 from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, noise_probe, register
 
@@ -86,35 +85,25 @@ class AdaptiveLaplaceMethod(Method):
                 "rows": [("ε₁ relevance (Laplace, b = 1/ε₁)", f"{eps1:.4g}"), ("ε₂ coefficients (Laplace, b = 1/ε₂)", f"{eps2:.4g}"),
                          ("δ", "0 (pure ε-DP)")], "progress": {"label": "AdLM releases", "total": 2}}
 
-    def run(self, run, opts: AdlmOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
+    def run(self, ctx, opts: AdlmOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
 
         from dpconvert.accounting import LaplaceAccountant, library_versions
-        from dpconvert.io.data import load_data
         from dpconvert.mechanisms.adlm import AdaptiveLaplace
-        from dpconvert.mechanisms.noise import SEEDED_WARNING, mechanism_rng
         from dpconvert.students.scatternet import PrototypeStudent
 
+        run = ctx.run
         self.check(run, opts)
         spec = teacher.spec
         plan = self.plan(run, opts, spec)
         eps1, eps2 = plan["epsilon_relevance"], plan["epsilon_coefficients"]
         if on_plan:
             on_plan(plan)
-        with phase("load data"):
-            private = load_data(run.private_data, spec, require_labels=True, **run.data_format())
         torch.manual_seed(run.seed)
         student = PrototypeStudent(spec, pool=opts.pool).eval()
-        with phase("fixed features", items=len(private.x)), torch.no_grad():
-            g = torch.cat([student.fixed_features(c) for c in private.x.split(opts.minibatch)])
-        rng, noise_info = mechanism_rng(run.seed, seeded=run.seeded_noise)
         accountant = LaplaceAccountant()
-        mech = AdaptiveLaplace(eps_relevance=eps1, eps_coefficients=eps2, relevance_power=opts.relevance_power, accountant=accountant, generator=rng)
-        with phase("Laplace releases", items=2):
-            y = private.y.long()
-            g = g.double()  # the sensitivity bound ‖ψ‖₁ ≤ 1 is enforced in float64 (students/scatternet.py: normalise)
-            student.relevance.copy_(mech.relevance(student.normalise(g, torch.ones(g.shape[1], dtype=g.dtype)), y, spec.num_classes))
-            student.set_prototypes(mech.prototypes(student.normalise(g, student.relevance.double()), y, spec.num_classes))
+        mech = AdaptiveLaplace(eps_relevance=eps1, eps_coefficients=eps2, relevance_power=opts.relevance_power, accountant=accountant, noise=ctx.noise)
+        mech.fit(ctx.private, student, spec.num_classes, opts.minibatch)
         if on_progress:
             on_progress({"kind": "steps", "done": 2, "step": 2, "steps": 2})
         eps = accountant.epsilon(delta=0.0)
@@ -122,7 +111,7 @@ class AdaptiveLaplaceMethod(Method):
             raise DpconvertError(f"internal error: AdLM spent ε={eps} > target {run.eps}; nothing was written")
         return MethodOutput(
             student=student, student_name=STUDENT_NAME, probe=noise_probe(spec, run),
-            rounds=[], warnings=[SEEDED_WARNING] if run.seeded_noise else [],
+            rounds=[], warnings=list(ctx.noise.warnings),
             guarantee={"epsilon": eps, "delta": 0.0, "scope": "record", "adjacency": accountant.adjacency, "record_level_epsilon": eps,
                        "covers": COVERS_STUDENT, "not_covered": NOT_COVERED},
             accounting={"accountant": accountant.name, "epsilons": {"laplace_composition": eps}, "libraries": library_versions(), "calibrated": True,
@@ -134,6 +123,6 @@ class AdaptiveLaplaceMethod(Method):
                                    "per-record L1 normalisation (fixed, no privacy cost)",
                        "loss": "squared distance to class prototypes μ_k = noisy class sum / its row sum (closed form)",
                        "labels": "the private records' own labels", "teacher": "not queried (the student learns from the private labels)",
-                       "corrections": CORRECTIONS, **noise_info, "config": {**asdict(opts), "seed": run.seed}},
+                       "corrections": CORRECTIONS, **ctx.noise.card_fields, "config": {**asdict(opts), "seed": run.seed}},
         )
 

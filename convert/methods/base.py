@@ -68,8 +68,9 @@ class Method(ABC):
         how many queries a query-labelling method will answer (the public images' count; None: its default)."""
 
     @abstractmethod
-    def run(self, run, opts, teacher, on_plan: Callback = None, on_progress: Callback = None) -> MethodOutput:
-        """Plan (report it through ``on_plan`` before any private data is touched), run the mechanism, describe it."""
+    def run(self, ctx, opts, teacher, on_plan: Callback = None, on_progress: Callback = None) -> MethodOutput:
+        """Plan (report it through ``on_plan`` before any private data is touched), run the mechanism, describe it.
+        ``ctx``: the ``RunContext`` the pipeline built (options, noise stream, seed streams, world, private records)."""
 
 
 METHODS: Registry[Method] = Registry("method")

@@ -71,15 +71,14 @@ class Dpdfd(Method):
         plan["student_epochs"] = opts.epochs or default_epochs(spec, run.device)
         return plan
 
-    def run(self, run, opts: DpdfdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
+    def run(self, ctx, opts: DpdfdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
 
         from dpconvert.accounting import ACCOUNTANTS
-        from dpconvert.distributed import current_world
         from dpconvert.mechanisms.dpdfd import Dpdfd as Engine
-        from dpconvert.mechanisms.noise import SEEDED_WARNING, mechanism_rng
         from dpconvert.mechanisms.teacher_checks import PROBE_SIZE, check_teacher
 
+        run = ctx.run
         self.check(run, opts)
         spec = teacher.spec
         plan = self.plan(run, opts, spec)
@@ -91,11 +90,8 @@ class Dpdfd(Method):
         student, student_name, prior, source, generator = self._models(run, opts, spec)
         cfg = self._engine_config(run, opts, plan, generator, spec, prior)
         accountant = ACCOUNTANTS.get(ACCOUNTING[opts.accounting])()
-        noise_rng, noise_info = mechanism_rng(cfg.seed, seeded=run.seeded_noise)
-        if run.seeded_noise:
-            warnings.append(SEEDED_WARNING)
-        job = Engine(teacher, student, generator, cfg, accountant, device=run.device, prior=prior, noise_rng=noise_rng,
-                     world=current_world(), replicated_noise=run.seeded_noise)
+        warnings += ctx.noise.warnings
+        job = Engine(teacher, student, generator, cfg, accountant, device=run.device, prior=prior, noise=ctx.noise, world=ctx.world)
         check_teacher(teacher, job.probe_inputs(PROBE_SIZE))  # row independence and finite answers, before any release
         if on_progress:
             on_progress(job.estimate())  # how long this will take, before the long part
@@ -106,7 +102,7 @@ class Dpdfd(Method):
             log.warning("note (console only): %d teacher answers were not finite and were released as zero rows (pure noise)",
                         job.mechanism.zeroed_rows)
         self._check_spent(accountant, plan, run, opts)
-        mechanism = self._mechanism_block(run, opts, plan, cfg, noise_info, source, generator)
+        mechanism = self._mechanism_block(run, opts, plan, cfg, ctx.noise.card_fields, source, generator)
         guarantee = self._guarantee(run, plan)
         images = job.public_image_counts()
         if images is not None:  # public queries: how much one source image weighs, and the ε for all of its answers

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Optional
 
 from dpconvert.errors import DpconvertError
+from dpconvert.seeds import stream
 
 DEFAULT_DISTILL_LOSS = "logits"  # chosen by benchmark (benchmarks/RESULTS.md)
 RELEASE_ROWS_DEFAULT = 2048  # the student's minibatch over released rows (small inputs)
 LARGE_INPUT_MINIBATCH = 64  # … and above 3×32×32: an ImageNet-sized student's activations for 2 048 rows would not fit
 PUBLIC_TARGETS = {"rows": "rows", "per-image": "sources"}  # `public_targets` → the engine's student_data
 PER_IMAGE_BATCH = 1_000_000  # per-image targets: rows per release by default (200 per image for 5 000 public images)
-PRIOR_IMAGES_SEED_OFFSET = 3000  # the fixed prior images come from seed + this (not the query stream)
 # data-free default for 28×28-sized inputs (256 < C·H·W ≤ 1024): views of 2 500 fixed prior images, targets averaged per
 # image. Fashion-MNIST CNN teacher, ε = 1: 66.0 / 66.1 / 66.2 % on seeds 0–2 against 56.5 % for one target per prior
 # sample (benchmarks/RESULTS.md, table 2); not measured on other sizes, where the default stays one target per sample
@@ -117,7 +117,7 @@ def draw_prior_images(run, opts: DpdfdOptions, spec, n: int):
     from dpconvert.generators import create_generator, default_prior_name
 
     base = create_generator(opts.prior or default_prior_name(spec), spec)
-    z = torch.randn(n, base.nz, generator=torch.Generator().manual_seed(run.seed + PRIOR_IMAGES_SEED_OFFSET))
+    z = torch.randn(n, base.nz, generator=stream("prior_images", run.seed))
     with torch.no_grad():
         return torch.cat([base(c) for c in z.split(4096)])
 

@@ -19,10 +19,9 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from dpconvert.registry import Registry
+from dpconvert.seeds import seed_of, stream
 
 DPGAN_GENERATOR = "dcgan_small"
-SEED_OFFSET = 1000  # the GAN's streams must not replay Private-kNN's under seeded noise
-FEATURE_SEED_OFFSET = 1001  # the random Fourier frequencies: public, drawn from the run's seed
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,7 @@ def _embedding_build(opts, spec, generator, sigma, accountant, noise, train_rng,
 
     return EmbeddingGanTraining(generator, spec, sigma=sigma, features=opts.features, length_scale=opts.length_scale * math.sqrt(math.prod(spec.shape)),
                                 steps=opts.generator_steps, fake_batch=opts.fake_batch, lr=opts.lr, accountant=accountant,
-                                noise=noise, train_rng=train_rng, feature_seed=seed + FEATURE_SEED_OFFSET)
+                                noise=noise, train_rng=train_rng, feature_seed=seed_of("dpgan_features", seed))
 
 
 CRITICS.register("embedding")(Critic(
@@ -116,23 +115,22 @@ def planned_events(opts: GanOptions, eps: float, delta: float) -> list:
     return list(acc.events)
 
 
-def train_dpgan(run, opts: GanOptions, spec, eps: float, delta: float, on_progress=None) -> DpganResult:
-    """Load ``run.private_data`` (per record), calibrate the critic's σ to (ε, δ), train; nothing else reads the records.
-    ``run`` supplies private_data, pixel_range, seed and seeded_noise."""
+def train_dpgan(ctx, opts: GanOptions, spec, eps: float, delta: float, on_progress=None) -> DpganResult:
+    """Calibrate the critic's σ to (ε, δ) and train on ``ctx.private`` (opened by the kernel, per record), with the GAN's
+    own noise stream; nothing else reads the records."""
     import torch
 
     from dpconvert.accounting import DpganAccountant
     from dpconvert.generators import create_generator
-    from dpconvert.io.data import load_data
-    from dpconvert.mechanisms.noise import mechanism_rng
+    from dpconvert.mechanisms.dp_gan import fit_on_private
 
     critic = CRITICS.get(opts.critic)
     opts = replace(opts, lr=opts.lr or critic.default_lr)
     sigma = critic.sigma(opts, eps, delta)
-    private = load_data(run.private_data, spec, require_labels=True, **run.data_format())
-    torch.manual_seed(run.seed + SEED_OFFSET)
+    run = ctx.run
+    torch.manual_seed(seed_of("dpgan", run.seed))
     generator = create_generator(DPGAN_GENERATOR, spec, nz=64)
-    noise, noise_info = mechanism_rng(run.seed, seeded=run.seeded_noise, offset=SEED_OFFSET)
+    noise = ctx.noise_for("dpgan_noise")  # its own stream: under seeded noise, not the training stream nor the labels' noise
     accountant = DpganAccountant()
     total = critic.progress_steps(opts)
     every = max(1, total // 10)
@@ -141,7 +139,7 @@ def train_dpgan(run, opts: GanOptions, spec, eps: float, delta: float, on_progre
         if on_progress and step % every == 0:
             on_progress({"kind": "query_generator", "stage": f"DP-critic GAN ({opts.critic})", "epsilon_share": eps, "releases": step,
                          "total": total, "loss": loss_d})
-    training = critic.build(opts, spec, generator, sigma, accountant, noise, torch.Generator().manual_seed(run.seed + SEED_OFFSET), run.seed)
-    trained = training.fit(private.x, private.y, report)
-    mechanism = {"critic": opts.critic, "sigma": sigma, **critic.mechanism(opts, accountant), "fake_batch": opts.fake_batch, **noise_info}
+    training = critic.build(opts, spec, generator, sigma, accountant, noise, stream("dpgan", run.seed), run.seed)
+    trained = fit_on_private(training, ctx.private, report)
+    mechanism = {"critic": opts.critic, "sigma": sigma, **critic.mechanism(opts, accountant), "fake_batch": opts.fake_batch, **noise.card_fields}
     return DpganResult(trained, accountant.state_dict(), accountant.epsilon(delta=delta), mechanism)

@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from dpconvert.errors import DpconvertError
-from dpconvert.profiling import phase
 
 from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, noise_probe, register
 
@@ -87,14 +86,13 @@ class DpSgdMethod(Method):
             raise DpconvertError(f"`sigma` {opts.sigma} gives ε={plan['epsilon']:.3f} > `eps` {run.eps:g}; raise `sigma` or lower `epochs`")
         return plan
 
-    def run(self, run, opts: DpsgdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
+    def run(self, ctx, opts: DpsgdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
 
         from dpconvert.accounting import DpsgdAccountant, library_versions
-        from dpconvert.io.data import load_data
-        from dpconvert.mechanisms.dp_sgd import DpSgd
-        from dpconvert.mechanisms.noise import SEEDED_WARNING, mechanism_rng
+        from dpconvert.mechanisms.dp_sgd import DpSgd, train_on_private
 
+        run = ctx.run
         self.check(run, opts)
         spec = teacher.spec
         plan = self.plan(run, opts)  # before any private record is read
@@ -105,29 +103,24 @@ class DpSgdMethod(Method):
             if on_progress:
                 on_progress({"kind": "phase", "name": name, "total": total, "unit": unit})
 
-        named("reading the private data")
-        with phase("load data"):
-            private = load_data(run.private_data, spec, require_labels=True, **run.data_format())
         torch.manual_seed(run.seed)
         student_name = run.student or default_student(spec)
-        named("fixed features of the private records")
-        student, trainable, inputs, part = _trainable(student_name, spec, private.x, opts.minibatch)
-        named("DP-SGD steps", opts.steps, "steps")
-        rng, noise_info = mechanism_rng(run.seed, seeded=run.seeded_noise)  # lots and noise (mechanisms/noise.py)
         accountant = DpsgdAccountant()
-        mech = DpSgd(trainable, sigma=plan["sigma"], clip=opts.clip, sampling_rate=opts.sampling_rate, steps=opts.steps,
-                     count_sigma=opts.count_sigma, lr=opts.lr, momentum=opts.momentum, accountant=accountant, generator=rng)
+
+        def make_sgd(trainable):  # lots and noise from the run's noise stream (mechanisms/noise.py)
+            return DpSgd(trainable, sigma=plan["sigma"], clip=opts.clip, sampling_rate=opts.sampling_rate, steps=opts.steps,
+                         count_sigma=opts.count_sigma, lr=opts.lr, momentum=opts.momentum, accountant=accountant, noise=ctx.noise)
+
         every = max(1, opts.steps // 100)
-        with phase("DP-SGD", items=opts.steps):
-            trained = mech.fit(inputs, private.y, on_step=(lambda s: s % every == 0 and on_progress(
-                {"kind": "steps", "done": every, "step": s, "steps": opts.steps})) if on_progress else None)
-        _put_back(student, trained, part)
+        on_step = (lambda s: s % every == 0 and on_progress({"kind": "steps", "done": every, "step": s, "steps": opts.steps})) if on_progress else None
+        student, part, engine = train_on_private(ctx.private, student_name, spec, minibatch=opts.minibatch, make_sgd=make_sgd, named=named,
+                                                 on_step=on_step)
         eps_all = accountant.epsilons(delta=run.delta)
         if run.eps is not None and eps_all["epsilon"] > run.eps * (1 + 1e-9):
             raise DpconvertError(f"internal error: DP-SGD spent ε={eps_all['epsilon']} > target {run.eps}; nothing was written")
         return MethodOutput(
             student=student.eval(), student_name=student_name, probe=noise_probe(spec, run),
-            rounds=[], warnings=[SEEDED_WARNING] if run.seeded_noise else [],
+            rounds=[], warnings=list(ctx.noise.warnings),
             guarantee={"epsilon": eps_all["epsilon"], "delta": run.delta, "scope": "record", "adjacency": accountant.adjacency,
                        "record_level_epsilon": accountant.record_level_epsilon(delta=run.delta), "covers": COVERS_STUDENT,
                        "not_covered": NOT_COVERED},
@@ -138,36 +131,7 @@ class DpSgdMethod(Method):
             mechanism={"method": "dp-sgd", "sigma": plan["sigma"], "clip": opts.clip, "sampling_rate": opts.sampling_rate,
                        "steps": accountant.count("subsampled_gaussian"), "count_sigma": opts.count_sigma,
                        "sampling": "Poisson (each record joins each lot independently with probability q)",
-                       "engine": f"{mech.engine}; Poisson lots by opacus UniformWithReplacementSampler",
+                       "engine": f"{engine}; Poisson lots by opacus UniformWithReplacementSampler",
                        "trained": part, "labels": "the private records' own labels", "teacher": TEACHER_NOT_USED,
-                       "learning_rate_scale": "lr / (q·ñ), ñ the noisy record count", **noise_info, "config": {**asdict(opts), "seed": run.seed}},
+                       "learning_rate_scale": "lr / (q·ñ), ñ the noisy record count", **ctx.noise.card_fields, "config": {**asdict(opts), "seed": run.seed}},
         )
-
-
-def _trainable(name: str, spec, x, minibatch: int):
-    """(student, module DP-SGD trains, its inputs, description). A student with ``fixed_features`` (no weights) has them
-    computed once per record, one record at a time in effect (eval mode, no batch statistics); only its head is trained."""
-    import torch
-
-    from dpconvert.students import create_student
-
-    student = create_student(name, spec)
-    fixed = getattr(student, "fixed_features", None)
-    if fixed is not None:
-        with phase("fixed features", items=len(x)), torch.no_grad():
-            feats = torch.cat([fixed.eval()(c) for c in x.split(minibatch)])
-        return student, student.head, feats, "head only (the fixed scattering transform has no weights)"
-    from opacus.validators import ModuleValidator
-
-    student = ModuleValidator.fix(student)  # BatchNorm → GroupNorm: per-example gradients need per-example normalisation
-    for m in student.modules():
-        if hasattr(m, "inplace"):
-            m.inplace = False
-    return student, student, x, "the whole student (BatchNorm replaced by GroupNorm)"
-
-
-def _put_back(student, trained, part: str) -> None:
-    if part.startswith("head"):
-        student.head = trained
-
-

@@ -21,7 +21,7 @@ from dpconvert.accounting.statements import COVERS_STUDENT_AND_LABELS
 
 from .base import NOT_COVERED, Method, MethodOutput, register
 from .dpdfd_options import DpdfdOptions, check_generator_path
-from .pknn_options import KNN_SEARCH, CANARY_SEED_OFFSET, PknnOptions, GAN_CRITIC_OPTIONS
+from .pknn_options import KNN_SEARCH, PknnOptions, GAN_CRITIC_OPTIONS
 from .query_sources import GENERATOR_QUERIES, generator_share, load_queries, source_name
 
 log = logging.getLogger("dpconvert")
@@ -135,22 +135,19 @@ class PrivateKnn(Method):
         return plan_pknn(eps=eps, delta=delta, k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1, threshold=opts.threshold_value,
                          sigma2=opts.sigma2, num_classes=num_classes, queries=queries, answered=queries)
 
-    def run(self, run, opts: PknnOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
+    def run(self, ctx, opts: PknnOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
 
-        from dpconvert.distributed import current_world
-        from dpconvert.io.data import load_data
-        from dpconvert.mechanisms.noise import SEEDED_WARNING, mechanism_rng
-        from dpconvert.mechanisms.private_knn import PknnMechanism, resolve_knn
+        from dpconvert.mechanisms.private_knn import PrivateKnnRounds
 
+        run = ctx.run
         self.check(run, opts)
         spec = teacher.spec
-        with phase("load data"):
-            private = load_data(run.private_data, spec, require_labels=True, **run.data_format())
-        _local_notes(len(private), opts, run.delta)  # n may reach the operator's console, never the card or an abort
+        release = PrivateKnnRounds(ctx.private, ctx.world)  # read first: a bad private set fails before the queries' work
+        _local_notes(release.num_records, opts, run.delta)  # n may reach the operator's console, never the card or an abort
         self._check_budget_before_training(run, opts, spec.num_classes)
         with phase("queries"):
-            source = load_queries(run, opts, teacher, on_progress)
+            source = load_queries(ctx, opts, teacher, on_progress)
         total_q = min(opts.queries or len(source.x), len(source.x))
         if total_q < opts.rounds:
             raise DpconvertError(f"only {total_q} queries for {opts.rounds} rounds; give more `queries` or fewer `rounds`")
@@ -158,20 +155,14 @@ class PrivateKnn(Method):
         if on_plan:
             on_plan(plan)
         torch.manual_seed(run.seed)
-        rng, noise_info = mechanism_rng(run.seed, seeded=run.seeded_noise)  # subsampling and noise (mechanisms/noise.py)
-        warnings = [SEEDED_WARNING] if run.seeded_noise else []
-        train_rng = torch.Generator().manual_seed(run.seed)
+        warnings = list(ctx.noise.warnings)
+        train_rng = ctx.stream("training")
         order = torch.randperm(len(source.x), generator=train_rng)[:total_q]
-        private_x, private_y, canaries = _with_canaries(private, source.x, order, run, opts, spec.num_classes)
-        world, n_records = current_world(), len(private_x)
-        private_x, private_y = private_x[world.shard(n_records)], private_y[world.shard(n_records)]  # this rank's records
-        mech = PknnMechanism(private_y, spec.num_classes, k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1,
-                             threshold=opts.threshold_value, sigma2=plan["sigma2"], accountant=accountant, generator=rng, chunk=opts.chunk,
-                             knn="exact" if world.distributed else resolve_knn(opts.knn, n_records), world=world,
-                             num_records=n_records, replicated_stream=run.seeded_noise)
-        if on_progress:  # vote passes: screening for every query, the argmax for answered ones
-            mech.on_chunk = lambda m: on_progress({"kind": "votes", "queries": m})
-        student, student_name, first_phi, rounds = self._rounds(run, opts, spec, source, order, private_x, mech, train_rng, on_progress)
+        canaries = _canaries(source.x, order, ctx, opts, spec.num_classes)
+        votes = (lambda m: on_progress({"kind": "votes", "queries": m})) if on_progress else None  # screening, then the argmax
+        release.start(spec.num_classes, canaries, knn=opts.knn, on_chunk=votes, k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1,
+                      threshold=opts.threshold_value, sigma2=plan["sigma2"], accountant=accountant, noise=ctx.noise, chunk=opts.chunk)
+        student, student_name, first_phi, rounds = self._rounds(run, opts, spec, source, order, release, train_rng, on_progress)
         eps_all = accountant.epsilons(delta=run.delta)
         if eps_all["epsilon"] > run.eps * (1 + 1e-9):
             raise DpconvertError(f"internal error: Private-kNN spent ε={eps_all['epsilon']} > target {run.eps}; nothing was written")
@@ -179,7 +170,7 @@ class PrivateKnn(Method):
         return MethodOutput(student=student, student_name=student_name, probe=source.x[: run.parity_inputs], rounds=rounds, warnings=warnings,
                             audit=audit, extra_files=source.extra_files, guarantee=self._guarantee(run, source, accountant, eps_all),
                             accounting=self._accounting(run, source, accountant, eps_all, plan),
-                            mechanism=self._mechanism_block(run, opts, source, accountant, plan, noise_info, first_phi))
+                            mechanism=self._mechanism_block(run, opts, source, accountant, plan, ctx.noise.card_fields, first_phi))
 
     # ------------------------------------------------------------ pieces of run
     def _budget(self, run, opts: PknnOptions, source, num_classes: int, total_q: int):
@@ -249,31 +240,22 @@ class PrivateKnn(Method):
                     delta=run.delta)
         return accountant, plan
 
-    def _rounds(self, run, opts: PknnOptions, spec, source, order, private_x, mech, train_rng, on_progress):
-        """Label each round's queries, retrain the student on everything answered so far, refine φ with it."""
+    def _rounds(self, run, opts: PknnOptions, spec, source, order, release, train_rng, on_progress):
+        """Label each round's queries (the kernel's ``PrivateKnnRounds``), retrain the student on everything answered so
+        far (post-processing), refine φ with it."""
         import torch
 
-        from dpconvert.mechanisms.features import batched_features, create_features
-        from dpconvert.mechanisms.private_knn import histogram_targets, student_features, train_classifier
+        from dpconvert.mechanisms.features import create_features
+        from dpconvert.mechanisms.private_knn import histogram_targets, train_classifier
         from dpconvert.students import create_student, default_student_name
 
         first_phi = create_features(opts.features, spec, source.x)
         student_name = run.student or default_student_name(spec)
-        xs, ys, rounds, student, private_first = [], [], [], None, None
+        xs, ys, rounds, student, mech = [], [], [], None, release.mech
         for r, idx in enumerate(order.tensor_split(opts.rounds), 1):
             t0 = time.perf_counter()
             qx = source.x[idx]
-            with phase("features", items=len(private_x) + len(qx)):
-                if student is None:
-                    pfeats = private_first = batched_features(first_phi, private_x)  # kept: later rounds reuse it
-                    qfeats = batched_features(first_phi, qx)
-                else:  # DP by post-processing: the student saw public queries and DP labels only
-                    phi_s = student_features(student)
-                    pfeats = combine_features(opts, private_first, batched_features(phi_s, private_x))
-                    qfeats = combine_features(opts, batched_features(first_phi, qx), batched_features(phi_s, qx))
-            with phase("kNN votes", items=len(qx)):
-                answered = mech.screen(qfeats, pfeats)
-                noisy = mech.noisy_histogram(qfeats[answered], pfeats)
+            answered, noisy = release.label(opts, qx, first_phi, student)
             xs.append(qx[answered])
             ys.append(histogram_targets(noisy, opts.labels, opts.label_temperature, mech.sigma2))
             student = create_student(student_name, spec)
@@ -320,25 +302,6 @@ class PrivateKnn(Method):
         }
 
 
-def combine_features(opts: PknnOptions, first, student):
-    """φ after round 1 from its parts: the student's features, or (``round_features="student+first"``) them beside
-    the first map's, down-weighted by ``round_features_weight`` before a joint normalisation."""
-    import torch
-    import torch.nn.functional as F
-
-    if opts.round_features == "student":
-        return student
-    return F.normalize(torch.cat([first, opts.round_features_weight * student], 1), dim=1)
-
-
-def next_round_features(opts: PknnOptions, student, first_phi):
-    """φ for the next round as a function of x (the rounds themselves reuse the first map's features of the private set)."""
-    from dpconvert.mechanisms.private_knn import student_features
-
-    phi_s = student_features(student)
-    return lambda x: combine_features(opts, first_phi(x), phi_s(x))
-
-
 def _local_notes(n: int, opts: PknnOptions, delta: float) -> None:
     """Console-only advice that depends on the private-set size n: on the card, or as an abort, n (or anything computed
     from it: a missing class, k against the expected subsample γ·n, δ against 1/n) would tell neighbouring data sets apart."""
@@ -355,20 +318,15 @@ def _label_description(opts: PknnOptions) -> str:
     return "hard: argmax of the noisy histogram (the paper's)"
 
 
-def _with_canaries(private, public_x, order, run, opts: PknnOptions, num_classes: int):
-    """(x, y, canaries): the private set, plus each canary with probability ½ when `canaries` is given.
-
-    Canaries are extra records: they do not weaken the guarantee of the real ones.
-    """
-    import torch
-
+def _canaries(public_x, order, ctx, opts: PknnOptions, num_classes: int):
+    """(canary x, y, inclusion bits) when `canaries` is given, else None: the kernel adds each canary to the private set
+    with probability ½ (extra records: they do not weaken the guarantee of the real ones)."""
     if not opts.canaries:
-        return private.x, private.y, None
+        return None
     from dpconvert.auditing.canaries import inclusion_bits, make_canaries
 
-    cx, cy = make_canaries(public_x, order, opts.canaries, num_classes, torch.Generator().manual_seed(run.seed + CANARY_SEED_OFFSET))
-    bits = inclusion_bits(opts.canaries)
-    return torch.cat([private.x, cx[bits]]), torch.cat([private.y.long(), cy[bits]]), (cx, cy, bits)
+    cx, cy = make_canaries(public_x, order, opts.canaries, num_classes, ctx.stream("canaries"))
+    return cx, cy, inclusion_bits(opts.canaries)
 
 
 def _canary_audit(student, canaries, delta: float, epsilon: float, warnings: list) -> Optional[dict]:

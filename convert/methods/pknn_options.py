@@ -14,7 +14,6 @@ LABELS = ("soft", "hard")
 ROUND_FEATURES = ("student", "student+first")
 KNN = ("auto", "exact", "faiss")
 KNN_SEARCH = "exact k nearest kept records under a fresh per-query Poisson mask (torch, or faiss for large private sets: the same votes)"
-CANARY_SEED_OFFSET = 2
 
 
 @dataclass

@@ -15,13 +15,12 @@ from typing import Callable, Optional
 
 from dpconvert.errors import DpconvertError
 from dpconvert.registry import Registry
+from dpconvert.seeds import SUB_RUN_SHIFT
 
 GENERATOR_QUERIES = 5000  # queries drawn from a generator or the prior when `queries` is not given
 PKNN_PRIOR = "random_fields"  # `query_generator` prior without `prior` (the prior its benchmarks used)
 IN_RUN_GENERATOR = "dafl"  # `query_generator` train without `generator`
 IN_RUN_MIN_RELEASES = 2  # the generator learns between releases: one release would leave it untrained
-IN_RUN_SEED_OFFSET = 1000  # with seeded noise, the generator's DPDFD stream must not replay Private-kNN's
-QUERY_SEED_OFFSET = 3
 
 
 @dataclass
@@ -54,16 +53,15 @@ def generator_share(run, opts) -> float:
     return opts.generator_eps if opts.generator_eps is not None else run.eps / 2
 
 
-def load_queries(run, opts, teacher, on_progress=None) -> QuerySource:
-    import torch
-
-    name = source_name(run, opts)
-    rng = torch.Generator().manual_seed(run.seed + QUERY_SEED_OFFSET)
-    return QUERY_SOURCES.get(name)(run, opts, teacher, opts.queries or GENERATOR_QUERIES, rng, on_progress)
+def load_queries(ctx, opts, teacher, on_progress=None) -> QuerySource:
+    """The queries of the source the options name, from the run's ``queries`` seed stream (``ctx``: the RunContext)."""
+    name = source_name(ctx.run, opts)
+    return QUERY_SOURCES.get(name)(ctx, opts, teacher, opts.queries or GENERATOR_QUERIES, ctx.stream("queries"), on_progress)
 
 
 @QUERY_SOURCES.register("public")
-def _public(run, opts, teacher, n, rng, on_progress) -> QuerySource:
+def _public(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
+    run = ctx.run
     from dpconvert.io.data import load_data
 
     public = load_data(run.public_data, teacher.spec, **run.data_format())
@@ -73,7 +71,7 @@ def _public(run, opts, teacher, n, rng, on_progress) -> QuerySource:
 
 
 @QUERY_SOURCES.register("prior")
-def _prior(run, opts, teacher, n, rng, on_progress) -> QuerySource:
+def _prior(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     from dpconvert.generators import PRIORS, create_generator
     from dpconvert.generators.saved import sample_queries
 
@@ -84,7 +82,7 @@ def _prior(run, opts, teacher, n, rng, on_progress) -> QuerySource:
 
 
 @QUERY_SOURCES.register("saved")
-def _saved(run, opts, teacher, n, rng, on_progress) -> QuerySource:
+def _saved(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     from dpconvert.generators.saved import load_saved_generator, sample_queries
     from dpconvert.io.hashing import file_sha256
 
@@ -108,12 +106,13 @@ def _saved(run, opts, teacher, n, rng, on_progress) -> QuerySource:
 
 
 @QUERY_SOURCES.register("train")
-def _train(run, opts, teacher, n, rng, on_progress) -> QuerySource:
+def _train(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     """DPDFD in this run, calibrated to the generator's share of ε at δ/2; its generator then makes the queries.
 
     The generator is post-processing of DPDFD's noisy releases (it is trained against the student only), so its
     cost is exactly that run's accountant events, composed into the card like a saved generator's.
     """
+    run = ctx.run
     from dpconvert.generators.saved import COST_MECHANISM_KEYS, GeneratorCost, sample_queries
 
     from .base import METHODS
@@ -121,14 +120,16 @@ def _train(run, opts, teacher, n, rng, on_progress) -> QuerySource:
     share = generator_share(run, opts)
     g = opts.generator_run
     name = g.generator or IN_RUN_GENERATOR
-    sub_run = replace(run, seed=run.seed + IN_RUN_SEED_OFFSET, method="dpdfd", eps=share, delta=run.delta / 2, noise_multiplier=None,
+    sub_run = replace(run, seed=run.seed + SUB_RUN_SHIFT, method="dpdfd", eps=share, delta=run.delta / 2, noise_multiplier=None,
                       public_data=None, private_data=None)
     sub_opts = replace(g, generator=name, releases=max(g.releases, IN_RUN_MIN_RELEASES), accounting="composed")  # a cost composed again
     def relay(info):  # the generator run's phases, named as its own; its time estimate and advances pass as they are
         on_progress({**info, "name": f"query generator: {info['name']}"} if info["kind"] == "phase" else info)
 
     relay = relay if on_progress else None
-    dpdfd = METHODS.get("dpdfd").run(sub_run, sub_opts, teacher, None, relay)
+    from dpconvert.context import RunContext
+
+    dpdfd = METHODS.get("dpdfd").run(RunContext.build(sub_run, teacher.spec, ctx.world), sub_opts, teacher, None, relay)
     cost = GeneratorCost(dpdfd.accounting["state"], "query", teacher.sha256, dpdfd.guarantee["epsilon"], sub_run.delta,
                          {k: dpdfd.mechanism[k] for k in COST_MECHANISM_KEYS})
     info = {"file": None, "trained_in_this_run": True, "architecture": name, "teacher_sha256": teacher.sha256,
@@ -140,15 +141,16 @@ def _train(run, opts, teacher, n, rng, on_progress) -> QuerySource:
 
 
 @QUERY_SOURCES.register("dpgan")
-def _dpgan(run, opts, teacher, n, rng, on_progress) -> QuerySource:
+def _dpgan(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     """A GAN with a DP critic (``methods/dpgan.py``) trained on the private records at the generator's share of ε (δ/2); its samples
     are the queries. The teacher is not involved: the cost is record-level, the critic's events."""
+    run = ctx.run
     from dpconvert.generators.saved import sample_queries
 
     from .dpgan import DPGAN_GENERATOR, train_dpgan
 
     share = generator_share(run, opts)
-    gan = train_dpgan(run, opts.gan_options(), teacher.spec, share, run.delta / 2, on_progress)
+    gan = train_dpgan(ctx, opts.gan_options(), teacher.spec, share, run.delta / 2, on_progress)
     info = {"trained_in_this_run": True, "architecture": f"{DPGAN_GENERATOR} generator, DP critic ({gan.mechanism['critic']})", "samples": n,
             "dpgan_epsilon_at_its_delta": gan.epsilon, "its_delta": run.delta / 2, "dpgan": gan.mechanism}
     return QuerySource(sample_queries(gan.generator, n, teacher.spec.num_classes, rng),
