@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import math
 import shlex
 import time
 from dataclasses import dataclass
@@ -86,6 +87,7 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
         from dpconvert.context import RunContext
 
         result = method.run(RunContext.build(run, teacher.spec, world), opts, teacher, relay_plan, on_progress)
+        check_spent(result, run)
         if not world.is_main:
             return None
         utility = None
@@ -98,6 +100,20 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
     from dpconvert.zoo_cards import card_paths
 
     return ConvertResult(out, *card_paths(out), card, time.perf_counter() - start, result.rounds, name, profile.to_dict())
+
+
+def check_spent(result, run: RunOptions) -> None:
+    """One check for every method, before anything is written: ε recomputed from the events the mechanisms recorded
+    (the accountant the audit replays) equals the card's ε and is within the target the noise was calibrated to."""
+    from dpconvert.accounting import ACCOUNTANTS
+
+    state, delta = result.accounting["state"], result.guarantee["delta"]
+    spent = ACCOUNTANTS.get(state["accountant"])().load_state_dict(state).epsilon(delta=delta)
+    stated = result.guarantee["epsilon"]
+    if not (stated == "inf" and math.isinf(spent)) and not math.isclose(spent, stated, rel_tol=1e-9, abs_tol=1e-12):
+        raise DpconvertError(f"internal error: the recorded events give ε={spent} but the card would say ε={stated}; nothing was written")
+    if run.eps is not None and spent > run.eps * (1 + 1e-9):
+        raise DpconvertError(f"internal error: ε spent {spent} exceeds the target {run.eps}; nothing was written")
 
 
 def teacher_guarantee(source: str, teacher, run: RunOptions) -> Optional[dict]:

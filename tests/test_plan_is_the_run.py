@@ -48,3 +48,25 @@ def test_plan_refuses_what_convert_refuses():
         dpconvert.plan("dpsgd", releases=3)
     with pytest.raises(dpconvert.DpconvertError, match="unknown method 'pate'"):
         dpconvert.plan("pate")
+
+
+def test_the_pipeline_bounds_every_methods_spent_epsilon_once():
+    """``pipeline.check_spent``: the card's ε must be the one the recorded events give, and within the target."""
+    from types import SimpleNamespace
+
+    from dpconvert.accounting import ACCOUNTANTS
+    from dpconvert.options import RunOptions
+    from dpconvert.pipeline import check_spent
+
+    acc = ACCOUNTANTS.get("dpsgd")()
+    acc.record("subsampled_gaussian", sigma=1.0, clip=1.0, sampling_rate=0.01, count=100)
+    eps = acc.epsilon(delta=1e-5)
+
+    def result(stated):
+        return SimpleNamespace(accounting={"state": acc.state_dict()}, guarantee={"epsilon": stated, "delta": 1e-5})
+
+    check_spent(result(eps), RunOptions(eps=eps * 1.01))
+    with pytest.raises(dpconvert.DpconvertError, match="the card would say"):
+        check_spent(result(eps * 0.9), RunOptions(eps=1e3))
+    with pytest.raises(dpconvert.DpconvertError, match="exceeds the target"):
+        check_spent(result(eps), RunOptions(eps=eps * 0.99))

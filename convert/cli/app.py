@@ -18,6 +18,7 @@ import typer
 from dpconvert.errors import DpconvertError
 from dpconvert.methods.adlm import AdlmOptions
 from dpconvert.methods.dpdfd_options import DpdfdOptions
+from dpconvert.methods.dpgan import GanOptions
 from dpconvert.methods.dpsgd import DpsgdOptions
 from dpconvert.methods.pknn_options import PknnOptions
 from dpconvert.accounting.statements import DELTA_CEILING
@@ -60,7 +61,7 @@ app.add_typer(card_app, name="card")
 
 TEACHER, PRIVACY, DPDFD, PKNN, DATA, OUTPUT = "Teacher", "Privacy", "DPDFD (data-free, query-level)", "Private-kNN (record-level)", "Data", "Output"
 DPSGD, ADLM = "DP-SGD (record-level, private labels)", "AdLM (record-level, pure ε-DP, private labels)"
-P, D, S, A = PknnOptions(), DpdfdOptions(), DpsgdOptions(), AdlmOptions()
+P, D, S, A, G = PknnOptions(), DpdfdOptions(), DpsgdOptions(), AdlmOptions(), GanOptions()
 
 # ------------------------------------------------------------------ shared options
 Arch = Annotated[Optional[str], typer.Option("--arch", help="Architecture for weights-only files: timm:NAME (or NAME) or a registered one (e.g. datalens_cnn). Default: recognised from the weights' keys and shapes for common timm families.", rich_help_panel=TEACHER)]
@@ -295,10 +296,10 @@ def synth(
     samples: Annotated[int, typer.Option("--samples", help="Synthetic images to write (class-balanced).", rich_help_panel=OUTPUT)] = 10000,
     grid: Annotated[Optional[Path], typer.Option("--grid", help="Also write a PNG grid of samples, one row per class.", rich_help_panel=OUTPUT)] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace OUT (and its card, the grid) if they exist.", rich_help_panel=OUTPUT)] = False,
-    gan_critic: Annotated[str, typer.Option("--gan-critic", help="'embedding' (one noisy kernel mean-embedding release) or 'dpsgd' (a convolutional critic trained with DP-SGD).", rich_help_panel=PRIVACY)] = "embedding",
-    gan_steps: Annotated[int, typer.Option("--gan-steps", help="--gan-critic dpsgd: DP critic steps.", rich_help_panel=PRIVACY)] = 1000,
-    gan_sampling_rate: Annotated[float, typer.Option("--gan-sampling-rate", help="--gan-critic dpsgd: Poisson rate of the critic's lots.", rich_help_panel=PRIVACY)] = 0.02,
-    gan_generator_steps: Annotated[int, typer.Option("--gan-generator-steps", help="--gan-critic embedding: generator steps against the release (post-processing).", rich_help_panel=PRIVACY)] = 1500,
+    gan_critic: Annotated[Optional[str], typer.Option("--gan-critic", help="'embedding' (one noisy kernel mean-embedding release; default) or 'dpsgd' (a convolutional critic trained with DP-SGD).", rich_help_panel=PRIVACY)] = None,
+    gan_steps: Annotated[Optional[int], typer.Option("--gan-steps", help=f"--gan-critic dpsgd: DP critic steps (default {G.steps}).", rich_help_panel=PRIVACY)] = None,
+    gan_sampling_rate: Annotated[Optional[float], typer.Option("--gan-sampling-rate", help=f"--gan-critic dpsgd: Poisson rate of the critic's lots (default {G.sampling_rate:g}).", rich_help_panel=PRIVACY)] = None,
+    gan_generator_steps: Annotated[Optional[int], typer.Option("--gan-generator-steps", help=f"--gan-critic embedding: generator steps against the release (post-processing; default {G.generator_steps}).", rich_help_panel=PRIVACY)] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for everything but the DP noise.", rich_help_panel=PRIVACY)] = 0,
     seeded_noise: Annotated[bool, typer.Option("--seeded-noise", help="Tests and benchmarks only: the noise from --seed (NOT secret; the card says so).", rich_help_panel=PRIVACY)] = False,
     pixel_range: Annotated[Optional[float], typer.Option("--pixel-range", help="Maximum pixel value of data stored as float or wide integers.", rich_help_panel=DATA)] = None,
@@ -308,7 +309,6 @@ def synth(
     """Release a DP synthetic data set: a GAN with a DP critic trained on --private-data, its samples and a card."""
     import shlex
 
-    from dpconvert.methods.dpgan import GanOptions
     from dpconvert.synth import synthesize
 
     try:
@@ -319,7 +319,7 @@ def synth(
     card = synthesize(private_data, out=out_path, input_size=size, num_classes=num_classes, eps=eps, delta=delta, allow_large_delta=allow_large_delta,
                       samples=samples, seed=seed,
                       seeded_noise=seeded_noise, pixel_range=pixel_range, grid=grid,
-                      gan=GanOptions(critic=gan_critic, steps=gan_steps, sampling_rate=gan_sampling_rate, generator_steps=gan_generator_steps),
+                      gan=GanOptions(**_given(critic=gan_critic, steps=gan_steps, sampling_rate=gan_sampling_rate, generator_steps=gan_generator_steps)),
                       command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]), sign_key=sign_key, class_names=_class_names(class_names),
                       force=force,
                       on_progress=lambda i: out.print(f"{i['stage']}: step {i['releases']}/{i['total']}"))

@@ -38,6 +38,19 @@ class GanOptions:
     length_scale: float = 0.2  # the Gaussian kernel's ℓ in units of √(input dimensions), on [0, 1] pixels
     generator_steps: int = 1500  # generator steps against the one release (post-processing: free)
 
+    def __post_init__(self) -> None:
+        """The one place the GAN's options are checked (Private-kNN's `gan_*` and `dpconvert synth` both build these)."""
+        from dpconvert.errors import DpconvertError
+
+        checks = [(self.critic in CRITICS, f"`gan_critic` must be {' or '.join(CRITICS)}, got {self.critic!r}"),
+                  (self.steps >= 1, "`gan_steps` must be >= 1"), (0 < self.sampling_rate < 1, "`gan_sampling_rate` must be in (0, 1)"),
+                  (self.clip > 0, "`gan_clip` must be > 0"), (self.fake_batch >= 1, "`gan_fake_batch` must be >= 1"),
+                  (self.lr is None or self.lr > 0, "`gan_lr` must be > 0"), (self.features >= 1, "`gan_features` must be >= 1"),
+                  (self.length_scale > 0, "`gan_length_scale` must be > 0"), (self.generator_steps >= 1, "`gan_generator_steps` must be >= 1")]
+        for ok, message in checks:
+            if not ok:
+                raise DpconvertError(message)
+
 
 @dataclass
 class DpganResult:

@@ -67,15 +67,11 @@ class PknnOptions:
             (self.round_features in ROUND_FEATURES, f"`round_features` must be {' or '.join(ROUND_FEATURES)}, got {self.round_features!r}"),
             (self.knn in KNN, f"`knn` must be auto, exact or faiss, got {self.knn!r}"),
             (self.canaries == 0 or self.canaries >= 2, "`canaries` needs at least 2 canaries"),
-            (self.gan_steps >= 1, "`gan_steps` must be >= 1"), (0 < self.gan_sampling_rate < 1, "`gan_sampling_rate` must be in (0, 1)"),
-            (self.gan_clip > 0, "`gan_clip` must be > 0"), (self.gan_fake_batch >= 1, "`gan_fake_batch` must be >= 1"),
-            (self.gan_lr is None or self.gan_lr > 0, "`gan_lr` must be > 0"), (self.gan_features >= 1, "`gan_features` must be >= 1"),
-            (self.gan_length_scale > 0, "`gan_length_scale` must be > 0"), (self.gan_generator_steps >= 1, "`gan_generator_steps` must be >= 1"),
-            (self.gan_critic in GAN_CRITIC_OPTIONS, f"`gan_critic` must be {' or '.join(GAN_CRITIC_OPTIONS)}, got {self.gan_critic!r}"),
         ]
         for ok, message in checks:
             if not ok:
                 raise DpconvertError(message)
+        self.gan_options()  # the GAN's own options check the `gan_*` ones (methods/dpgan.py: GanOptions)
 
     @property
     def threshold_value(self) -> float:
