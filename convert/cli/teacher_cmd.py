@@ -1,0 +1,39 @@
+"""``dpconvert inspect``: load a teacher and say what was loaded."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from .app import Arch, InChans, InputSize, Mean, NumClasses, Std, TrustPickle, Weights, _load_options, app
+from .console import err, out
+
+
+@app.command()
+def inspect(
+    teacher: Annotated[str, typer.Argument(help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:NAME.")],
+    arch: Arch = None, num_classes: NumClasses = None, in_chans: InChans = None, input_size: InputSize = None, mean: Mean = None,
+    std: Std = None, weights: Weights = None, trust_pickle: TrustPickle = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (keys documented in the README).")] = False,
+) -> None:
+    """Load a teacher and print what was loaded (source kind, architecture, input spec, sha256)."""
+    from rich.table import Table
+
+    from dpconvert.io.teachers import load_teacher
+
+    t = load_teacher(teacher, _load_options(arch, num_classes, in_chans, input_size, mean, std, weights, trust_pickle))
+    if as_json:
+        print(json.dumps(t.info(), indent=2))
+        return
+    table = Table(title=f"teacher {teacher}", show_header=False)
+    s = t.spec
+    for k, v in [("source kind", t.kind), ("architecture", str(t.arch)),
+                 ("parameters", f"{t.num_params:,}" if t.num_params is not None else "n/a (black box)"),
+                 ("input", f"{s.channels}x{s.height}x{s.width}  mean={list(s.mean)} std={list(s.std)}"), ("classes", str(s.num_classes)),
+                 ("sha256", str(t.sha256)), ("description", t.description)]:
+        table.add_row(k, v)
+    out.print(table)
+    for w in t.warnings:
+        err.print(f"warning: {w}", style="yellow")
