@@ -1,0 +1,32 @@
+"""The maintained benchmark scripts still run (at tiny sizes, offline, on the bundled digits): a script RESULTS.md
+cites as the command behind a number must not rot between measurements. Their numbers are measured, never asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(args, tmp_path) -> dict:
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, *args, "--json", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_run_dpdfd_smoke(tmp_path):
+    rows = _run([ROOT / "benchmarks/run_dpdfd.py", "--eps", "1", "--batch-size", "3000", "--epochs", "1", "--seed", "0"], tmp_path)
+    assert rows[-1]["epsilon"] <= 1.0 + 1e-9 and 0 <= rows[-1]["student_accuracy"] <= 1 and rows[-1]["command"].startswith("python benchmarks/run_dpdfd.py")
+
+
+@pytest.mark.slow
+def test_digits_default_smoke(tmp_path):
+    rows = _run([ROOT / "benchmarks/digits_default.py", "--batch-size", "3000", "--epochs", "1", "--seeds", "0"], tmp_path)
+    assert rows and all("accuracy" in json.dumps(r) for r in rows)
