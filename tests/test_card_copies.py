@@ -226,7 +226,7 @@ def test_the_default_delta_does_not_warn_on_the_default_run(tmp_path, cli):
 def test_card_text_is_escaped_in_markdown_and_html(signed, tmp_path):
     from dpconvert.auditing.audit import Policy, audit_model
     from dpconvert.auditing.report import html_report
-    from dpconvert.cli.render import audit_markdown
+    from dpconvert.auditing.report import audit_markdown
     from dpconvert.zoo_cards import render_markdown
 
     hostile = "<img src=x onerror=alert(1)> [click](https://evil.example) | `x`"

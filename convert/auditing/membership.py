@@ -272,3 +272,22 @@ def record_in_card(model_path: str, results: dict, members: str, non_members: st
     }
     card.validate("card with audit block")
     write_model_with_card(model_path, onnx.load(model_path), card)
+
+
+def membership_audits(results, members, non_members, *, teacher=None, limit=None, plot=None, load_options=None, reference_models: int = 0,
+                      reference_epochs: int = 3, on_progress=None) -> dict:
+    """Membership-inference attacks on every audited model (cards alone are skipped): {model path: {target: {attack:
+    its metrics}}}; ``plot``: also write the ROC curves to this PNG."""
+    from pathlib import Path
+
+    report, curves = {}, {}
+    for r in results:
+        if r.path.endswith(".card.json"):
+            continue
+        res = membership_audit(r.path, members, non_members, teacher=teacher, load_options=load_options, limit=limit,
+                               reference_models=reference_models, reference_epochs=reference_epochs, on_progress=on_progress)
+        report[r.path] = {target: {a.attack: a.to_dict() for a in attacks} for target, attacks in res.items()}
+        curves.update({f"{Path(r.path).name}:{target}": attacks for target, attacks in res.items()})
+    if plot is not None:
+        plot_roc(curves, str(plot))
+    return report

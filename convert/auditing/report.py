@@ -12,6 +12,7 @@ import html
 import io
 import math
 from pathlib import Path
+from typing import Optional
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;font-size:14px}
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#eee;cursor:pointer}tr.fail td{background:#fde8e8}
@@ -124,3 +125,56 @@ def html_report(results, policy: dict, roots=()) -> str:
             f"<table id='models'><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>"
             f"<div class='plots'><div>{_scatter(results)}</div><div>{_membership(results)}</div></div>"
             f"<script>{_SORT}</script></body></html>\n")
+
+
+def audit_markdown(results) -> str:
+    """The audit table as Markdown (a CI job summary). Paths and reasons come from files written by anyone: paths are
+    code spans and reasons escaped prose, so no card can put HTML, links or table cells into the summary."""
+    from dpconvert.zoo_cards.markdown import cell, code, text
+
+    lines = [f"### dpconvert audit: {sum(r.passed for r in results)}/{len(results)} pass", "",
+             "| model | result | ε (card / recomputed) | δ | scope | record-level ε | why |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        eps = "—" if r.epsilon is None else f"{r.epsilon:.4g} / " + (f"{r.recomputed_epsilon:.4g}" if r.recomputed_epsilon is not None else "?")
+        lines.append("| " + " | ".join(cell(v) for v in (
+            code(r.path), "✅ pass" if r.passed else "❌ FAIL", eps, "—" if r.delta is None else f"{r.delta:g}", text(r.scope or "—"),
+            "—" if r.record_level_epsilon is None else f"{r.record_level_epsilon:.4g}", "; ".join(text(f) for f in r.failures()))) + " |")
+    return "\n".join(lines) + "\n\n"
+
+
+class AuditReport:
+    """One audit: its results, the policy, any membership-inference results; writes the JSON report and the HTML page
+    (all or nothing) and appends the Markdown table (a CI job summary)."""
+
+    def __init__(self, results: list, policy, membership: Optional[dict] = None, roots=()) -> None:
+        self.results, self.policy, self.membership, self.roots = results, policy, membership or {}, tuple(roots)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def to_dict(self) -> dict:
+        d = {"policy": self.policy.to_dict(), "passed": self.passed, "models": [r.to_dict() for r in self.results]}
+        if self.membership:
+            d["membership_inference"] = self.membership
+        return d
+
+    def markdown(self) -> str:
+        return audit_markdown(self.results)
+
+    def html(self) -> str:
+        return html_report(self.results, self.policy.to_dict(), self.roots)
+
+    def write(self, json_path=None, markdown_path=None, html_path=None) -> None:
+        import json
+
+        from dpconvert.io.atomic import AtomicOutputs
+
+        with AtomicOutputs() as o:
+            if json_path is not None:
+                o.write(json_path, json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+            if html_path is not None:
+                o.write(html_path, self.html())
+        if markdown_path is not None:
+            with open(markdown_path, "a", encoding="utf-8") as f:
+                f.write(self.markdown())

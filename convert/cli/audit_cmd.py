@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,6 +11,7 @@ from dpconvert.errors import DpconvertError
 from dpconvert.accounting.statements import DELTA_CEILING
 
 from .app import Arch, InputSize, Mean, NumClasses, Std, _load_options, _exit_usage, app
+from .console import out
 
 
 MIA = "Membership inference (empirical)"
@@ -49,6 +49,8 @@ def audit(
     With --members/--non-members, also run membership-inference attacks (empirical evidence, not a guarantee)."""
     from dpconvert.auditing.audit import Policy, audit as run_audit
 
+    from dpconvert.auditing.report import AuditReport
+
     from .render import membership_table, print_audit
 
     from dpconvert.io.atomic import check_output
@@ -68,36 +70,20 @@ def audit(
     mia = {}
     if members is not None:
         try:
-            mia = membership_table(results, members, non_members, teacher, limit, plot,
-                                   _load_options(arch, num_classes, None, input_size, mean, std, None, False), reference_models, reference_epochs)
+            from dpconvert.auditing.membership import membership_audits
+
+            mia = membership_audits(results, members, non_members, teacher=teacher, limit=limit, plot=plot, reference_models=reference_models,
+                                    load_options=_load_options(arch, num_classes, None, input_size, mean, std, None, False),
+                                    reference_epochs=reference_epochs, on_progress=lambda i, n: out.print(f"reference model {i}/{n} trained"))
         except DpconvertError as e:
             _exit_usage(str(e))
+        membership_table(mia)
         if write_card:
             from dpconvert.auditing.membership import record_in_card
 
             for path, entry in mia.items():
                 record_in_card(path, entry, members, non_members)
-    _write_reports(results, policy, mia, json_path, markdown_path, html_path, paths)
-    if not all(r.passed for r in results):
+    report = AuditReport(results, policy, mia, paths)
+    report.write(json_path, markdown_path, html_path)
+    if not report.passed:
         raise typer.Exit(1)
-
-
-def _write_reports(results, policy, mia: dict, json_path, markdown_path, html_path, roots=()) -> None:
-    """The audit's files: the JSON report and the HTML page (all or nothing), the Markdown table (appended)."""
-    from dpconvert.io.atomic import AtomicOutputs
-
-    with AtomicOutputs() as o:
-        if json_path is not None:
-            report = {"policy": policy.to_dict(), "passed": all(r.passed for r in results), "models": [r.to_dict() for r in results]}
-            if mia:
-                report["membership_inference"] = mia
-            o.write(json_path, json.dumps(report, indent=2, default=str) + "\n")
-        if html_path is not None:
-            from dpconvert.auditing.report import html_report
-
-            o.write(html_path, html_report(results, policy.to_dict(), roots))
-    if markdown_path is not None:
-        from .render import audit_markdown
-
-        with open(markdown_path, "a", encoding="utf-8") as f:
-            f.write(audit_markdown(results))

@@ -224,44 +224,17 @@ def print_audit(results, roots=()) -> None:
     out.print(t)
 
 
-def membership_table(results, members, non_members, teacher, limit, plot, load_options, reference_models=0, reference_epochs=3) -> dict:
+def membership_table(report: dict) -> None:
+    """The membership-inference results (``auditing.membership.membership_audits``) as a table."""
     from rich.table import Table
 
-    from dpconvert.auditing.membership import membership_audit, plot_roc
-
-    report, curves = {}, {}
     t = Table(title="membership inference (empirical evidence, not a guarantee)")
     for col in ("model", "target", "attack", "AUC [95% CI]", "advantage", "TPR@0.1%FPR", "TPR@1%FPR"):
         t.add_column(col)
-    for r in results:
-        if r.path.endswith(".card.json"):
-            continue
-        res = membership_audit(r.path, members, non_members, teacher=teacher, load_options=load_options, limit=limit,
-                               reference_models=reference_models, reference_epochs=reference_epochs,
-                               on_progress=lambda i, n: out.print(f"reference model {i}/{n} trained"))
-        report[r.path] = {target: {a.attack: a.to_dict() for a in attacks} for target, attacks in res.items()}
-        for target, attacks in res.items():
-            curves[f"{Path(r.path).name}:{target}"] = attacks
-            for a in attacks:
-                m, ci = a.metrics, a.ci95["auc"]
-                t.add_row(Path(r.path).name, target, a.attack, f"{m['auc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]", f"{m['advantage']:.3f}",
+    for path, targets in report.items():
+        for target, attacks in targets.items():
+            for name, a in attacks.items():
+                m, ci = a, a["ci95"]["auc"]
+                t.add_row(Path(path).name, target, name, f"{m['auc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]", f"{m['advantage']:.3f}",
                           f"{m['tpr_at_0.1%_fpr']:.4f}", f"{m['tpr_at_1%_fpr']:.4f}")
     out.print(t)
-    if plot is not None:
-        plot_roc(curves, str(plot))
-    return report
-
-
-def audit_markdown(results) -> str:
-    """The audit table as Markdown (a CI job summary). Paths and reasons come from files written by anyone: paths are
-    code spans and reasons escaped prose, so no card can put HTML, links or table cells into the summary."""
-    from dpconvert.zoo_cards.markdown import cell, code, text
-
-    lines = [f"### dpconvert audit: {sum(r.passed for r in results)}/{len(results)} pass", "",
-             "| model | result | ε (card / recomputed) | δ | scope | record-level ε | why |", "|---|---|---|---|---|---|---|"]
-    for r in results:
-        eps = "—" if r.epsilon is None else f"{r.epsilon:.4g} / " + (f"{r.recomputed_epsilon:.4g}" if r.recomputed_epsilon is not None else "?")
-        lines.append("| " + " | ".join(cell(v) for v in (
-            code(r.path), "✅ pass" if r.passed else "❌ FAIL", eps, "—" if r.delta is None else f"{r.delta:g}", text(r.scope or "—"),
-            "—" if r.record_level_epsilon is None else f"{r.record_level_epsilon:.4g}", "; ".join(text(f) for f in r.failures()))) + " |")
-    return "\n".join(lines) + "\n\n"
