@@ -44,8 +44,7 @@ class DpdfdConfig:
     student_data: str = "rows"
     denoise: str = "bayes"
     student_samples: int = 400_000  # "sources": views the student trains on in all (epochs over the images follow from it)
-    source_minibatch: int = 256  # "sources": images per student step
-    source_loss: str = "soft_ce"  # "sources": "soft_ce" (cross-entropy to softmax of the target) or "centred" (as the rows)
+    source_minibatch: int = 256  # "sources": images per student step (loss: cross-entropy to the softmax of each target)
     amp: Optional[str] = None  # "bf16": teacher and student forward under bf16 autocast; the release stays fp32
     # "sources" with several releases: each release queries views of this many source images no release queried yet,
     # those the student trained on the earlier releases is least sure about (uncertainty sampling: post-processing, and
@@ -64,8 +63,6 @@ class DpdfdConfig:
             raise ValueError(f"student_data must be 'rows' or 'sources', got {self.student_data!r}")
         if self.amp not in (None, "bf16"):
             raise ValueError(f"amp must be None or 'bf16', got {self.amp!r}")
-        if self.source_loss not in ("soft_ce", "centred"):
-            raise ValueError(f"source_loss must be 'soft_ce' or 'centred', got {self.source_loss!r}")
         if self.student_target is None:
             self.student_target = "score" if self.distill_loss == "ce" else "centred"
         if self.zero_head is None:

@@ -51,11 +51,7 @@ class StudentTrainer:
                 if pos is None:
                     continue
                 out = self.student.fit_forward(views(idx[b[pos]].to(self.student.device), z[pos]))
-                y = targets[b[pos]]
-                if cfg.source_loss == "soft_ce":
-                    loss = -(F.softmax(y, 1) * F.log_softmax(out, 1)).sum(1).mean()
-                else:
-                    loss = 0.5 * (out - out.mean(1, keepdim=True) - (y - y.mean(1, keepdim=True))).pow(2).sum(1).mean()
+                loss = -(F.softmax(targets[b[pos]], 1) * F.log_softmax(out, 1)).sum(1).mean()  # soft cross-entropy to the target
                 total, n = total + self._step(loss, scale), n + 1
                 self.progress.advance(len(b))
             self.progress.epoch_done()
