@@ -103,6 +103,13 @@ def test_write_card_records_empirical_audit(cli, tmp_path):
     assert extract_card(onnx.load(str(out))).data == card.data
     assert cli("audit", out)[0] == 0  # hash and copies still agree
 
+    # a signed card is not rewritten: the added block would void the signature without a word
+    assert cli("card", "keygen", tmp_path / "k")[0] == 0 and cli("card", "sign", out, "--key", tmp_path / "k")[0] == 0
+    before = (tmp_path / "s.onnx.card.json").read_bytes()
+    code, _, err = cli("audit", out, "--members", tmp_path / "m.npz", "--non-members", tmp_path / "n.npz", "--write-card")
+    assert code == 1 and "signed" in err and err.strip().count("\n") == 0
+    assert (tmp_path / "s.onnx.card.json").read_bytes() == before
+
 
 @pytest.mark.slow
 def test_reference_model_lira_attacks_overfit_model(overfit, cli, tmp_path):

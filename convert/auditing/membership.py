@@ -261,6 +261,9 @@ def record_in_card(model_path: str, results: dict, members: str, non_members: st
     card = _card_of(model_path)
     if card is None or not model_path.endswith(".onnx"):
         raise DpconvertError(f"{model_path}: `write_card` needs an ONNX model with a privacy card")
+    if card.data.get("signature"):  # the signature covers the whole card: an added block would silently void it
+        raise DpconvertError(f"{model_path}: the card is signed and `write_card` would change it, voiding the signature; audit without "
+                             "`write_card` (the JSON report keeps the results), or write them and sign the model again (card sign)")
     kept = {k: v for k, v in (card.data.get("audit") or {}).items() if k == "canary"}  # the conversion's canary audit stays
     card.data["audit"] = {
         **kept,
