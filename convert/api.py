@@ -89,8 +89,8 @@ def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[
     from .methods import METHODS
 
     m = METHODS.get(method)
-    if noise_multiplier is not None and method != "dpdfd":
-        raise DpconvertError(f"`noise_multiplier` is DPDFD's σ; method {method} takes its own noise option (or `eps`)")
+    if noise_multiplier is not None and method not in ("dpdfd", "dpsgd"):
+        raise DpconvertError(f"`noise_multiplier` is the σ of DPDFD and DP-SGD; method {method} takes its own noise options (or `eps`)")
     run = RunOptions(method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, device=device)
     opts = m.options(method_options)
     result = m.plan(run, opts, InputSpec(*input_size, num_classes), queries=queries)

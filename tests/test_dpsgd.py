@@ -125,7 +125,7 @@ def test_dpsgd_card_passes_audit_and_tampering_fails(dpsgd_card, tmp_path, cli):
 @pytest.mark.parametrize("extra,needle", [
     (["--public-data", "builtin:digits"], "public-data"),
     ([], "private-data"),
-    (["--noise-multiplier", "3"], "--sigma"),
+    (["--noise-multiplier", "3", "--sigma", "3"], "--sigma"),
     (["--sigma", "0.5"], "--sigma"),
 ])
 def test_bad_dpsgd_inputs(tmp_path, cli, extra, needle):
@@ -157,3 +157,16 @@ def test_plan_command_gives_the_sigma_the_run_used(dpsgd_card, cli):
     plan = json.loads(out)
     assert plan["sigma"] == data["mechanism"]["sigma"] and plan["steps"] == data["mechanism"]["steps"]
     assert plan["epsilon"] == pytest.approx(data["guarantee"]["epsilon"])
+
+
+def test_dpsgd_takes_the_one_name_for_the_noise_level(tmp_path):
+    """`noise_multiplier` sets DP-SGD's σ as it sets DPDFD's (ε computed, no `eps`): the same run as `sigma`."""
+    import dpconvert
+
+    a = dpconvert.plan("dpsgd", noise_multiplier=3.0, epochs=1)
+    b = dpconvert.plan("dpsgd", eps=50, sigma=3.0, epochs=1)
+    assert a["sigma"] == b["sigma"] == 3.0 and a["epsilon"] == b["epsilon"] and a["calibrated"] is False
+    r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", method="dpsgd", private_data="builtin:digits:train", noise_multiplier=3.0,
+                          epochs=1)
+    assert r.card.data["mechanism"]["sigma"] == 3.0 and r.card.epsilon == pytest.approx(a["epsilon"])
+    assert [m.passed for m in dpconvert.audit([str(r.out)])] == [True]

@@ -42,7 +42,7 @@ def test_plan_plans_what_convert_runs(method, tmp_path):
 
 
 def test_plan_refuses_what_convert_refuses():
-    with pytest.raises(dpconvert.DpconvertError, match="`noise_multiplier` is DPDFD's"):
+    with pytest.raises(dpconvert.DpconvertError, match="`noise_multiplier` is the σ of DPDFD and DP-SGD"):
         dpconvert.plan("pknn", noise_multiplier=3)
     with pytest.raises(dpconvert.DpconvertError, match="`releases` is not an option of method 'dpsgd'"):
         dpconvert.plan("dpsgd", releases=3)

@@ -21,7 +21,7 @@ def plan(
     steps: Annotated[Optional[int], typer.Option("--steps", "--releases", help="DPDFD: number of noisy releases T (default as convert: 1, or 4 for the data-free rounds of 28×28-sized teachers).")] = None,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="DPDFD: rows per release B (default: convert's for --input-size; only the record-level bound and the default δ depend on it).")] = None,
     input_size: Annotated[str, typer.Option("--input-size", help="DPDFD: the teacher's input size C,H,W (convert's defaults for B follow from it).")] = "1,28,28",
-    noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="DPDFD: use this σ and compute ε instead of calibrating.")] = None,
+    noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="DPDFD and DP-SGD: use this σ and compute ε instead of calibrating.")] = None,
     accounting: Annotated[Optional[str], typer.Option("--accounting", help="DPDFD: per-answer (default; no input answered twice: the ε of one release for any --steps) or composed.")] = None,
     k: Annotated[Optional[int], typer.Option("--k", help=f"Private-kNN: neighbours (default {P.k}).")] = None,
     sampling_rate: Annotated[Optional[float], typer.Option("--sampling-rate", help=f"Private-kNN: Poisson sampling rate γ (default {P.sampling_rate}); DP-SGD: lot rate q (default {S.sampling_rate}).")] = None,

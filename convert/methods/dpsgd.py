@@ -36,7 +36,7 @@ class DpsgdOptions:
     clip: float = 0.1  # C: per-example gradient norm bound
     lr: float = 4.0
     momentum: float = 0.9
-    sigma: Optional[float] = None  # noise multiplier; calibrated to `eps` when None
+    sigma: Optional[float] = None  # noise multiplier, the same as the run's `noise_multiplier` (one of them); calibrated to `eps` when None
     count_sigma: float = 100.0  # σ_n of the noisy record count that scales the learning rate (sensitivity 1)
     minibatch: int = 2048  # rows per forward pass when computing fixed features (memory only; no effect on the result)
 
@@ -74,14 +74,15 @@ class DpSgdMethod(Method):
         if run.public_data and run.method != "auto":  # auto says in its reason that the public queries go unused
             raise DpconvertError("DP-SGD learns from the private records' own labels and uses no queries: drop `public_data` "
                                  "(or use `method` pknn, which labels public queries)")
-        if run.noise_multiplier is not None:
-            raise DpconvertError("`noise_multiplier` is DPDFD's σ; for DP-SGD give `sigma` (ε is then computed) or `eps`")
+        if run.noise_multiplier is not None and opts.sigma is not None:
+            raise DpconvertError("`noise_multiplier` and `sigma` both set DP-SGD's noise multiplier; give one")
 
     def plan(self, run, opts: DpsgdOptions, spec=None, queries: Optional[int] = None) -> dict:
         from dpconvert.accounting.planning import plan_dpsgd
 
+        sigma = opts.sigma if opts.sigma is not None else run.noise_multiplier  # one name for the noise level: noise_multiplier
         plan = plan_dpsgd(eps=run.eps, delta=run.delta, sampling_rate=opts.sampling_rate, steps=opts.steps, clip=opts.clip,
-                          sigma=opts.sigma, count_sigma=opts.count_sigma)
+                          sigma=sigma, count_sigma=opts.count_sigma)
         if opts.sigma is not None and plan["epsilon"] > run.eps * (1 + 1e-9):
             raise DpconvertError(f"`sigma` {opts.sigma} gives ε={plan['epsilon']:.3f} > `eps` {run.eps:g}; raise `sigma` or lower `epochs`")
         return plan
