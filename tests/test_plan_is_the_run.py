@@ -3,6 +3,8 @@ plans exactly the noise, the steps and the δ that ``dpconvert.convert`` then ru
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import dpconvert
@@ -39,6 +41,31 @@ def test_plan_plans_what_convert_runs(method, tmp_path):
         assert plan[plan_key] == card["mechanism"][card_key], (plan_key, plan[plan_key], card["mechanism"][card_key])
     assert plan["delta"] == card["guarantee"]["delta"]
     assert card["guarantee"]["epsilon"] <= plan["epsilon"] * (1 + 1e-9)  # realised ≤ planned (Private-kNN answers fewer)
+
+    # the card passes the audit, and the same card with its first noise parameter halved fails it
+    from dpconvert.auditing.card_checks import check_card
+
+    assert [m.passed for m in dpconvert.audit([str(r.out)])] == [True]
+    forged = json.loads(json.dumps(card))
+    forged["mechanism"][pairs[0][1]] /= 2
+    assert check_card(forged)[1], f"{method}: halving mechanism.{pairs[0][1]} went unnoticed"
+
+
+@pytest.mark.parametrize("name", __import__("dpconvert.students", fromlist=["STUDENTS"]).STUDENTS.names())
+def test_every_registered_student_builds_answers_and_has_a_classifier(name):
+    """Every student in the registry, for the two input sizes the defaults use: logits of the right shape and a last
+    Linear layer (DPDFD zeroes it; the logit adjustment shifts its bias)."""
+    import torch
+
+    from dpconvert.distill.models import classifier
+    from dpconvert.io.spec import InputSpec
+    from dpconvert.students import create_student
+
+    for spec in (InputSpec(1, 8, 8, 10), InputSpec(1, 28, 28, 10)):
+        student = create_student(name, spec).eval()
+        with torch.no_grad():
+            assert student(torch.rand(3, *spec.shape)).shape == (3, 10)
+        assert classifier(student).out_features == 10
 
 
 def test_plan_refuses_what_convert_refuses():
