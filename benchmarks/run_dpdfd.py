@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--arch")
     ap.add_argument("--eval-data", default="builtin:digits")
     ap.add_argument("--eps", default="1,2,5,10,inf")
-    ap.add_argument("--steps", type=int, default=None, help="releases T (default: the product's)")
+    ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--batch-size", type=int)
     ap.add_argument("--prior", default=None, help="data-free query prior (generators.PRIORS; default from the input size)")
     ap.add_argument("--epochs", type=int, default=None, help="student epochs (default: the pipeline's, from the input size)")

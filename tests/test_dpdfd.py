@@ -522,8 +522,8 @@ def test_prior_images_are_never_counted_as_public_sources():
 
 
 def test_fixed_prior_images_are_the_default_for_28x28_inputs_only():
-    """The measured default (fixed prior images, asked in rounds) applies to 28×28-sized inputs with no other query
-    source; an explicit value, public images, a generator, `rows` or another input size keep one target per prior sample."""
+    """The measured default (2 500 fixed prior images) applies to 28×28-sized inputs with no other query source; an
+    explicit value, public images, a generator, `rows` or another input size keep one target per prior sample."""
     from types import SimpleNamespace
 
     from dpconvert.methods.dpdfd_options import DEFAULT_PRIOR_IMAGES, DpdfdOptions, prior_images, public_targets
@@ -539,34 +539,3 @@ def test_fixed_prior_images_are_the_default_for_28x28_inputs_only():
     assert prior_images(public, DpdfdOptions(), fmnist) == 0
     assert prior_images(plain, DpdfdOptions(generator="dafl"), fmnist) == 0
     assert prior_images(plain, DpdfdOptions(public_targets="rows"), fmnist) == 0
-
-
-def test_the_data_free_rounds_are_the_default_for_28x28_and_plan_says_what_runs(tmp_path):
-    """DataFreeRounds: T = 4 releases, each asking views of 2 500/4 new prior images (uncertainty sampling after the
-    first), B = 1 000 000/4 rows; per-answer accounting keeps one release's ε; composed accounting or an explicit T
-    opts out of the default T; the plan names the same T, B and σ as the card."""
-    from types import SimpleNamespace
-
-    import dpconvert
-    from dpconvert.methods.dpdfd_options import DATA_FREE_ROUNDS, DpdfdOptions, data_free_rounds, resolved
-    from safetensors.torch import save_file
-
-    fmnist, plain = InputSpec(1, 28, 28, 10), SimpleNamespace(public_data=None)
-    assert resolved(plain, DpdfdOptions(), fmnist).releases == DATA_FREE_ROUNDS.releases == 4
-    assert resolved(plain, DpdfdOptions(accounting="composed"), fmnist).releases == 1
-    assert resolved(plain, DpdfdOptions(releases=2), fmnist).releases == 2
-    assert not data_free_rounds(SimpleNamespace(public_data="p.npz"), DpdfdOptions(), fmnist)
-    plan = dpconvert.plan("dpdfd", eps=1, input_size=(1, 28, 28))
-    one = dpconvert.plan("dpdfd", eps=1, releases=1, batch_size=1_000_000, input_size=(1, 28, 28))  # the same δ = 1/(B·T)
-    assert (plan["steps"], plan["batch_size"], plan["delta"]) == (4, 250_000, 1e-6) and plan["sigma"] == one["sigma"]
-    assert not data_free_rounds(plain, DpdfdOptions(prior_images=100), InputSpec(1, 8, 8, 10))  # measured on 28×28 only
-
-    torch.manual_seed(0)
-    teacher = tmp_path / "t.safetensors"
-    save_file(create_student("datalens_cnn", fmnist).state_dict(), str(teacher))
-    r = dpconvert.convert(str(teacher), out=tmp_path / "s.onnx", eps=1, batch_size=2000, prior_images=400, engine={"student_samples": 500},
-                          loader=dpconvert.LoadOptions(arch="datalens_cnn", num_classes=10, input_size=(1, 28, 28)))
-    m = r.card.data["mechanism"]
-    assert m["releases"] == 4 and m["config"]["new_sources_per_release"] == 100 and "uncertainty sampling" in m["query_source"]
-    planned = dpconvert.plan("dpdfd", eps=1, batch_size=2000, prior_images=400, input_size=(1, 28, 28))
-    assert (planned["steps"], planned["sigma"], planned["delta"]) == (m["releases"], m["sigma"], r.card.data["guarantee"]["delta"])

@@ -9,7 +9,7 @@ import typer
 
 from dpconvert.options import DEFAULT_DELTA
 
-from .app import A, P, S, _given, app
+from .app import A, D, P, S, _given, app
 
 
 @app.command()
@@ -18,7 +18,7 @@ def plan(
     eps: Annotated[Optional[float], typer.Option("--eps", help="Target ε (calibrates the noise).")] = None,
     delta: Annotated[Optional[float], typer.Option("--delta", help=f"Target δ (default: DPDFD ≤ 1/(B·T), the protected answers; else {DEFAULT_DELTA:g}).")] = None,
     n: Annotated[Optional[int], typer.Option("--n", help="Private set size, if known (checks δ ≤ 1/n).")] = None,
-    steps: Annotated[Optional[int], typer.Option("--steps", "--releases", help="DPDFD: number of noisy releases T (default as convert: 1, or 4 for the data-free rounds of 28×28-sized teachers).")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", "--releases", help=f"DPDFD: number of noisy releases T (default {D.releases}, as convert).")] = None,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="DPDFD: rows per release B (default: convert's for --input-size; only the record-level bound and the default δ depend on it).")] = None,
     input_size: Annotated[str, typer.Option("--input-size", help="DPDFD: the teacher's input size C,H,W (convert's defaults for B follow from it).")] = "1,28,28",
     noise_multiplier: Annotated[Optional[float], typer.Option("--noise-multiplier", help="DPDFD and DP-SGD: use this σ and compute ε instead of calibrating.")] = None,

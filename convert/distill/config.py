@@ -48,10 +48,9 @@ class DpdfdConfig:
     amp: Optional[str] = None  # "bf16": teacher and student forward under bf16 autocast; the release stays fp32
     # "sources" with several releases: each release queries views of this many source images no release queried yet,
     # those the student trained on the earlier releases is least sure about (uncertainty sampling: post-processing, and
-    # per-answer accounting keeps the ε of one release); 0: every release queries views of every source image. The
-    # data-free default for 28×28 (methods/dpdfd_options.py: DataFreeRounds, 4 × 625 of 20 000 prior images: 61.3 / 60.5
-    # / 58.4 % on Fashion-MNIST against 56.0 % for one release; benchmarks/RESULTS.md, table 12); picking them
-    # class-balanced by the student's predictions lost (52.7 %) and was removed
+    # per-answer accounting keeps the ε of one release); 0: every release queries views of every source image. Measured
+    # on Fashion-MNIST (benchmarks/RESULTS.md, table 12): 4 × 625 of 20 000 prior images 61.3 % against 56.0 % for
+    # today's default (seed 0); picking them class-balanced by the student's predictions lost (52.7 %) and was removed
     new_sources_per_release: int = 0
     image_buffer_bytes: int = 2**30  # keep released inputs as images up to this size, else as the prior's z (re-rendered)
     seed: int = 0

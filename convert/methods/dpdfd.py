@@ -19,7 +19,7 @@ from dpconvert.errors import DpconvertError
 from dpconvert.accounting.statements import NO_NOISE_WARNING, NOT_COVERED_PUBLIC_IMAGES
 
 from .dpdfd_options import (
-    DATA_FREE_ROUNDS, PUBLIC_TARGETS, PER_IMAGE_BATCH, DpdfdOptions, data_free_rounds, resolved, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
+    PUBLIC_TARGETS, PER_IMAGE_BATCH, DpdfdOptions, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
     draw_prior_images, fixed_prior_images, device_kind, default_batch_size, default_epochs, default_student_lr,
     default_minibatch, check_prior_name, check_generator_path, distinct_answers_warning,
 )
@@ -62,11 +62,9 @@ class Dpdfd(Method):
         from dpconvert.accounting.planning import plan_dpdfd
         from dpconvert.options import units_delta
 
-        opts = resolved(run, opts, spec)
         per_image = public_targets(run, opts, spec) == "per-image"
         device_b = default_batch_size(spec, run.device)
-        per_image_b = -(-PER_IMAGE_BATCH // opts.releases) if data_free_rounds(run, opts, spec) else PER_IMAGE_BATCH  # the rounds share it
-        batch_size = opts.batch_size or (max(per_image_b, device_b) if per_image else device_b)
+        batch_size = opts.batch_size or (max(PER_IMAGE_BATCH, device_b) if per_image else device_b)
         delta = units_delta(batch_size * opts.releases) if run.delta_is_default else run.delta  # δ ≤ 1/(B·T) by default
         plan = plan_dpdfd(eps=run.eps, delta=delta, steps=opts.releases, batch_size=batch_size, noise_multiplier=run.noise_multiplier,
                           per_answer=opts.accounting == "per-answer")
@@ -83,7 +81,6 @@ class Dpdfd(Method):
         run = ctx.run
         self.check(run, opts)
         spec = teacher.spec
-        opts = resolved(run, opts, spec)  # T filled in, as the plan does
         plan = self.plan(run, opts, spec)
         run = dataclasses.replace(run, delta=plan["delta"])  # the δ the plan resolved is the one every bound uses
         warnings = self._warnings(run, plan)
@@ -176,10 +173,6 @@ class Dpdfd(Method):
                         minibatch=default_minibatch(teacher_spec), student_lr=default_student_lr(teacher_spec), lr_schedule="cosine", logit_adjust=True,
                         student_data=PUBLIC_TARGETS[public_targets(run, opts, teacher_spec)],
                         amp=DEVICE_DEFAULTS[device_kind(run.device)].amp if opts.amp is None else (None if opts.amp == "off" else opts.amp))
-        if data_free_rounds(run, opts, teacher_spec):  # DataFreeRounds: new images in every release, chosen by the student
-            settings["new_sources_per_release"] = -(-min(DATA_FREE_ROUNDS.queried, prior.num_bases) // opts.releases)
-            if opts.releases > 1:
-                settings["student_samples"] = DATA_FREE_ROUNDS.student_samples
         if settings["student_data"] == "sources" and opts.epochs:  # per-image targets: epochs over the queried images
             settings["student_samples"] = opts.epochs * prior.num_bases
         return DpdfdConfig(**{**settings, **opts.engine})
@@ -224,10 +217,7 @@ class Dpdfd(Method):
             "distinct_across_releases": True,  # … nor twice in the run: every release skips the inputs answered before
             "max_answers_per_input": 1,
             "query_source": source + (f" + {opts.generator} generator" if generator is not None else "")
-                            + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1
-                               and cfg.student_data == "rows" else "")
-                            + (f"; each release asks about {cfg.new_sources_per_release} images no release asked before, after the first "
-                               "those the student is least sure about (uncertainty sampling)" if cfg.new_sources_per_release else ""),
+                            + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
             "config": cfg.to_dict(),
             "device_defaults": {"device": device_kind(run.device), "batch_size": opts.batch_size is None, "epochs": opts.epochs is None,
                                 "amp": opts.amp is None},  # which settings came from DEVICE_DEFAULTS for this device

@@ -6,7 +6,6 @@ what ``dpconvert plan`` prints is what a default conversion runs.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,31 +19,15 @@ RELEASE_ROWS_DEFAULT = 2048  # the student's minibatch over released rows (small
 LARGE_INPUT_MINIBATCH = 64  # … and above 3×32×32: an ImageNet-sized student's activations for 2 048 rows would not fit
 PUBLIC_TARGETS = {"rows": "rows", "per-image": "sources"}  # `public_targets` → the engine's student_data
 PER_IMAGE_BATCH = 1_000_000  # per-image targets: rows per release by default (200 per image for 5 000 public images)
-
-
-@dataclass(frozen=True)
-class DataFreeRounds:
-    """The data-free default for 28×28-sized inputs (256 < C·H·W ≤ 1024; not measured on other sizes, where the default
-    stays one target per prior sample): per-image targets of fixed prior images, asked in rounds. A pool of `pool`
-    images is drawn from the seed; each of the T releases asks views of `queried`/T images no release asked yet — after
-    the first, those the student (trained on the released rows only) is least sure about — PER_IMAGE_BATCH/T rows in
-    all. Per-answer accounting keeps the ε of one release. Measured (benchmarks/RESULTS.md, table 12; Fashion-MNIST CNN
-    teacher, ε = 1): 61.3 / 60.5 / 58.4 % (seeds 0–2) against 56.0 % (seed 0) for one release of the same million
-    answers about 2 500 images, the former default (66.0–66.2 % with an earlier teacher, table 2)."""
-
-    pool: int = 20_000  # fixed prior images drawn from the seed: the candidates
-    queried: int = 2_500  # images asked about over the whole run (400 views each at 1 000 000 rows)
-    releases: int = 4  # T, when the user gives none (with `accounting` per-answer)
-    student_samples: int = 200_000  # views the student trains on after each release (one release: the engine's 400 000)
-
-
-DATA_FREE_ROUNDS = DataFreeRounds()
-DEFAULT_PRIOR_IMAGES = DATA_FREE_ROUNDS.pool
+# data-free default for 28×28-sized inputs (256 < C·H·W ≤ 1024): views of 2 500 fixed prior images, targets averaged per
+# image. Fashion-MNIST CNN teacher, ε = 1: 66.0 / 66.1 / 66.2 % on seeds 0–2 against 56.5 % for one target per prior
+# sample (benchmarks/RESULTS.md, table 2); not measured on other sizes, where the default stays one target per sample
+DEFAULT_PRIOR_IMAGES = 2500
 
 
 @dataclass
 class DpdfdOptions:
-    releases: Optional[int] = None  # T: noisy releases; default 1, or DATA_FREE_ROUNDS.releases for the data-free rounds
+    releases: int = 1  # T: noisy releases (ε depends on σ and T only)
     batch_size: Optional[int] = None  # B: rows per release (free for the query-level ε); default from the input size
     clip: float = 1.0  # C: row norm of the normalised output gradients
     epochs: Optional[int] = None  # student passes over the released pairs after each release; default from the input size
@@ -70,7 +53,7 @@ class DpdfdOptions:
     engine: dict = field(default_factory=dict)  # research: any other DpdfdConfig field (checked against it)
 
     def __post_init__(self) -> None:
-        if self.releases is not None and self.releases < 1:
+        if self.releases < 1:
             raise DpconvertError("`releases` must be >= 1")
         if self.batch_size is not None and self.batch_size < 1:
             raise DpconvertError("`batch_size` must be >= 1")
@@ -117,21 +100,6 @@ def prior_images(run, opts: DpdfdOptions, spec) -> int:
         return opts.prior_images
     other_source = run.public_data or opts.generator or opts.public_targets == "rows"
     return DEFAULT_PRIOR_IMAGES if not other_source and 256 < spec.channels * spec.height * spec.width <= 1024 else 0
-
-
-def data_free_rounds(run, opts: DpdfdOptions, spec) -> bool:
-    """Whether the data-free rounds apply (DataFreeRounds): a 28×28-sized teacher (where they were measured), fixed prior
-    images, no public data, per-answer accounting."""
-    return 256 < spec.channels * spec.height * spec.width <= 1024 and not run.public_data and prior_images(run, opts, spec) > 0 \
-        and public_targets(run, opts, spec) == "per-image" and opts.accounting == "per-answer"
-
-
-def resolved(run, opts: DpdfdOptions, spec) -> DpdfdOptions:
-    """``opts`` with the releases T filled in: as given, else DATA_FREE_ROUNDS.releases for the data-free rounds, else 1
-    (plan and run both start from this, so the plan is the run's)."""
-    if opts.releases is not None:
-        return opts
-    return dataclasses.replace(opts, releases=DATA_FREE_ROUNDS.releases if data_free_rounds(run, opts, spec) else 1)
 
 
 def public_targets(run, opts: DpdfdOptions, spec) -> str:

@@ -122,7 +122,7 @@ def _train(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     name = g.generator or IN_RUN_GENERATOR
     sub_run = replace(run, seed=run.seed + SUB_RUN_SHIFT, method="dpdfd", eps=share, delta=run.delta / 2, noise_multiplier=None,
                       public_data=None, private_data=None)
-    sub_opts = replace(g, generator=name, releases=max(g.releases or 1, IN_RUN_MIN_RELEASES), accounting="composed")  # a cost composed again
+    sub_opts = replace(g, generator=name, releases=max(g.releases, IN_RUN_MIN_RELEASES), accounting="composed")  # a cost composed again
     def relay(info):  # the generator run's phases, named as its own; its time estimate and advances pass as they are
         on_progress({**info, "name": f"query generator: {info['name']}"} if info["kind"] == "phase" else info)
 
