@@ -62,6 +62,14 @@ TEACHER, PRIVACY, DPDFD, PKNN, DATA, OUTPUT = "Teacher", "Privacy", "DPDFD (data
 DPSGD, ADLM = "DP-SGD (record-level, private labels)", "AdLM (record-level, pure ε-DP, private labels)"
 P, D, S, A, G = PknnOptions(), DpdfdOptions(), DpsgdOptions(), AdlmOptions(), GanOptions()
 
+
+def method_help(auto: bool = True) -> str:
+    """The --method help, from the method registry (each method's one-line summary)."""
+    from dpconvert.methods import METHODS
+
+    listed = "; ".join(f"{name}: {METHODS.get(name).summary}" for name in METHODS)
+    return listed + ("; auto (default): DP-SGD with --private-data, DPDFD otherwise." if auto else ".")
+
 # ------------------------------------------------------------------ shared options
 Arch = Annotated[Optional[str], typer.Option("--arch", help="Architecture for weights-only files: timm:NAME (or NAME) or a registered one (e.g. datalens_cnn). Default: recognised from the weights' keys and shapes for common timm families.", rich_help_panel=TEACHER)]
 NumClasses = Annotated[Optional[int], typer.Option("--num-classes", help="Number of classes (when the source does not say).", rich_help_panel=TEACHER)]

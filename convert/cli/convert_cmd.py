@@ -13,7 +13,7 @@ from dpconvert.accounting.statements import DELTA_CEILING
 from dpconvert.options import DEFAULT_DELTA, DEFAULT_EPS
 
 from .app import (A, ADLM, D, DATA, DPDFD, DPSGD, G, OUTPUT, P, PKNN, PRIVACY, S, TEACHER, Arch, ClassNames, Device, InChans, InputSize,
-                  Mean, NumClasses, Std, TrustPickle, Weights, _class_names, _given, _load_options, app)
+                  Mean, NumClasses, Std, TrustPickle, Weights, _class_names, _given, _load_options, app, method_help)
 from .console import out
 
 
@@ -30,7 +30,7 @@ def convert(
     profile: Annotated[bool, typer.Option("--profile", help="Add throughput (teacher queries/s, student samples/s, …) to the summary; the time per phase is shown and on the card's run block unless private data was read.", rich_help_panel=OUTPUT)] = False,
     show_timings: Annotated[bool, typer.Option("--show-timings", help="With private data, show the time per phase and the elapsed time anyway: they grow with the private set's size, so keep such output out of public logs. Never written to the card.", rich_help_panel=OUTPUT)] = False,
     sign_key: Annotated[Optional[Path], typer.Option("--sign-key", help="Sign the card with this Ed25519 private key (dpconvert card keygen); audit --trusted-keys checks it.", rich_help_panel=OUTPUT)] = None,
-    method: Annotated[str, typer.Option("--method", help="dpdfd (data-free, query-level), pknn, dpsgd or adlm (record-level, need --private-data) or auto.", rich_help_panel=PRIVACY)] = "auto",
+    method: Annotated[str, typer.Option("--method", help=method_help() + " Record-level methods need --private-data.", rich_help_panel=PRIVACY)] = "auto",
     eps: Annotated[Optional[float], typer.Option("--eps", help=f"Target ε; the noise is calibrated to it (default {DEFAULT_EPS:g} unless --noise-multiplier).", rich_help_panel=PRIVACY)] = None,
     delta: Annotated[Optional[float], typer.Option("--delta", help=f"Target δ (default: DPDFD ≤ 1/(B·T), one over the protected teacher answers; other methods {DEFAULT_DELTA:g}). At most {DELTA_CEILING:g} unless --allow-large-delta.", rich_help_panel=PRIVACY)] = None,
     allow_large_delta: Annotated[bool, typer.Option("--allow-large-delta", help=f"Accept a δ above {DELTA_CEILING:g} (the card warns; audit fails it unless --max-delta admits it).", rich_help_panel=PRIVACY)] = False,

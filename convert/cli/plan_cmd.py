@@ -9,12 +9,12 @@ import typer
 
 from dpconvert.options import DEFAULT_DELTA
 
-from .app import A, D, P, S, _given, app
+from .app import method_help, A, D, P, S, _given, app
 
 
 @app.command()
 def plan(
-    method: Annotated[str, typer.Option("--method", help="dpdfd, pknn, dpsgd or adlm: planned by the same code convert runs.")] = "dpdfd",
+    method: Annotated[str, typer.Option("--method", help=method_help(auto=False) + " Planned by the same code convert runs.")] = "dpdfd",
     eps: Annotated[Optional[float], typer.Option("--eps", help="Target ε (calibrates the noise).")] = None,
     delta: Annotated[Optional[float], typer.Option("--delta", help=f"Target δ (default: DPDFD ≤ 1/(B·T), the protected answers; else {DEFAULT_DELTA:g}).")] = None,
     n: Annotated[Optional[int], typer.Option("--n", help="Private set size, if known (checks δ ≤ 1/n).")] = None,

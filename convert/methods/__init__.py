@@ -35,4 +35,4 @@ def choose_method(run) -> tuple[str, str]:
         return "dpdfd", "no private data: data-free DPDFD (query-level)"
     if run.method not in METHODS:
         raise DpconvertError(METHODS.unknown_message(run.method))
-    return run.method, "chosen by name"
+    return run.method, f"chosen by name: {METHODS.get(run.method).summary}"
