@@ -229,3 +229,17 @@ def test_only_the_privacy_kernel_opens_private_data_or_draws_dp_noise():
     noise_drawn = _calls_outside_kernel(lambda n: isinstance(n, ast.Attribute) and n.attr == "generator" and (
         (isinstance(n.value, ast.Name) and n.value.id == "noise") or (isinstance(n.value, ast.Attribute) and n.value.attr == "noise")))
     assert (opened, read_directly, noise_made, noise_drawn) == ([], [], [], [])
+
+
+def test_errors_carry_the_parameter_to_fix(tmp_path):
+    """A library error names the parameter to change (``param``) besides its one-line message, for Python callers and
+    tools; the CLI renders the same name as its flag."""
+    import dpconvert
+
+    with pytest.raises(dpconvert.DpconvertError) as e:
+        dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", eps=-1)
+    assert e.value.param == "eps" and "`eps`" in str(e.value)
+    with pytest.raises(dpconvert.DpconvertError) as e:
+        dpconvert.plan("dpsgd", releases=3)
+    assert e.value.param == "releases"
+    assert dpconvert.DpconvertError("no file", param="out").param == "out" and dpconvert.DpconvertError("a b c").param is None
