@@ -26,7 +26,7 @@ def _render(monkeypatch, width: int, tty: bool, show_time: bool = True) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=tty, color_system=None, highlight=False)
     monkeypatch.setattr("dpconvert.cli.console.is_tty", lambda: tty)
-    reporter = render.ProgressReporter(2, console, show_time)
+    reporter = render.ProgressReporter(console, show_time)
     for e in EVENTS:
         reporter.tick(e)
     reporter.close()

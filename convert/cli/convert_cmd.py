@@ -96,7 +96,7 @@ def convert(
                             count_sigma=count_sigma, relevance_share=relevance_share, relevance_power=relevance_power, pool=pool,
                             gan_critic=gan_critic, gan_steps=gan_steps, gan_sampling_rate=gan_sampling_rate, gan_generator_steps=gan_generator_steps)
     show_time = show_timings or private_data is None  # a run on private data shows no durations unless asked (--show-timings)
-    reporter = ProgressReporter(steps or D.releases, err_console if as_json else out, show_time)  # stdout carries only the card under --json
+    reporter = ProgressReporter(err_console if as_json else out, show_time)  # stdout carries only the card under --json
     try:
         result = run_convert(
             teacher, out=out_path, method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, seed=seed, device=device,

@@ -58,8 +58,7 @@ class ProgressReporter:
     (done, status) events; older events (DP-SGD steps, Private-kNN votes and rounds) map onto the same bars.
     ``show_time``: False when the run reads private data (its durations grow with the private set)."""
 
-    def __init__(self, releases: int, console=None, show_time: bool = True) -> None:
-        self.releases = releases
+    def __init__(self, console=None, show_time: bool = True) -> None:
         self.show_time = show_time
         self.console = console or out  # stderr under --json, so stdout carries the card only
         self.progress = None
