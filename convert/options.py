@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 from .accounting.statements import DELTA_CEILING
 from .errors import DpconvertError
+from .option_fields import DATA, OUTPUT, PRIVACY, TEACHER, option
 
 DEFAULT_EPS = 1.0
 # δ when none is given. Record-level methods: 1e-5 (the private set's size is private, so δ cannot be tied to it; δ ≤ 1/n
@@ -28,29 +29,53 @@ def units_delta(units: int) -> float:
     return float(f"{math.floor(bound / scale * (1 + 1e-12)) * scale:.1g}")
 
 
+def _parse_class_names(text: str) -> tuple:
+    from .io.data import parse_class_names
+
+    return tuple(parse_class_names(text))
+
+
 @dataclass(frozen=True)
 class RunOptions:
-    method: str = "auto"  # a name in methods.METHODS, or "auto" (Private-kNN with private data, DPDFD otherwise)
-    eps: Optional[float] = None  # target ε; DEFAULT_EPS when neither eps nor noise_multiplier is given
-    delta: Optional[float] = None  # None: DEFAULT_DELTA, or for DPDFD tied to the protected answers (units_delta)
-    allow_large_delta: bool = False  # opt-in for δ above DELTA_CEILING (the card warns and the audit fails it by default)
-    noise_multiplier: Optional[float] = None  # DPDFD's σ, instead of calibrating it to eps (ε is then computed)
-    seed: int = 0  # everything but the DP noise (queries, student, training order)
-    device: str = "cpu"
-    student: Optional[str] = None  # a registered student or timm:NAME; default from the input size
-    eval_data: Optional[str] = None  # labelled data for the utility block (not covered by the guarantee)
-    private_data: Optional[str] = None  # labelled private training data (record-level methods)
-    public_data: Optional[str] = None  # unlabelled public images used as queries
-    pixel_range: Optional[float] = None  # maximum pixel value of stored non-uint8 data (io/data.py)
-    class_names: Optional[tuple[str, ...]] = None  # the class list in label order (named ImageFolder classes; public by statement)
-    seeded_noise: bool = False  # opt-in for tests/benchmarks: the noise from `seed` (not secret; the card says so)
-    sign_key: Optional[str] = None  # Ed25519 private key: the card is signed before it is written
-    force: bool = False  # replace existing outputs (the model, its cards, a saved generator)
-    teacher_card: Optional[str] = None  # the teacher's own privacy card (a DP-trained teacher passes its guarantee on)
-    trusted_keys: Optional[str] = None  # public keys a teacher card's signature must verify against
-    no_privacy: bool = False  # opt-in for a non-private comparison student: σ = 0, ε = ∞ (the card says so; every audit fails it)
-    parity_inputs: int = 256  # inputs of the ONNX-vs-torch parity check
-    command: Optional[str] = None  # the command line, for the card
+    PANEL: ClassVar[str] = PRIVACY
+    method: str = option("auto", help="A registered method, or auto (DP-SGD with `private_data`, DPDFD otherwise).")
+    eps: Optional[float] = option(None, help="Target ε; the noise is calibrated to it.", default_text=f"{DEFAULT_EPS:g} unless `noise_multiplier`",
+                                  plan=True)
+    delta: Optional[float] = option(None, help=f"Target δ, at most {DELTA_CEILING:g} unless `allow_large_delta`.",
+                                    default_text=f"DPDFD: ≤ 1/(B·T), one over the protected teacher answers; other methods {DEFAULT_DELTA:g}",
+                                    plan=True)
+    allow_large_delta: bool = option(False, help=f"Accept a δ above {DELTA_CEILING:g} (the card warns; the audit fails it unless its "
+                                     "`max_delta` admits it).")
+    noise_multiplier: Optional[float] = option(None, help="DPDFD's and DP-SGD's noise multiplier σ instead of calibrating it to `eps`; ε is "
+                                               "computed.", plan=True)
+    seed: int = option(0, help="Seed for everything but the DP noise (queries, student, training order); the noise is secret unless "
+                       "`seeded_noise`.")
+    device: str = option("cpu", help="cpu, cuda or auto.", panel=TEACHER)
+    student: Optional[str] = option(None, help="Student architecture: a registered name or timm:NAME.", default_text="from the input size",
+                                    panel=OUTPUT)
+    eval_data: Optional[str] = option(None, help="Labelled data to report accuracy on (not covered by the guarantee).", panel=DATA)
+    private_data: Optional[str] = option(None, help="The labelled private training data (any reader): record-level methods.", panel=DATA)
+    public_data: Optional[str] = option(None, help="Unlabelled public images used as queries (Private-kNN: labelled by the private data; "
+                                        "DPDFD: replaces the data-free prior, marked on the card).", panel=DATA)
+    pixel_range: Optional[float] = option(None, help="Maximum pixel value of data stored as float or wide integers (e.g. 255); uint8 is "
+                                          "0..255, float must be in [0, 1]. Never inferred from the data.", panel=DATA)
+    class_names: Optional[tuple[str, ...]] = option(None, help="The class list in label order, comma-separated or a file with one name per "
+                                                    "line: for ImageFolders whose class folders have names (cat, dog). Public by your "
+                                                    "statement; on the card.", panel=DATA, parse=_parse_class_names)
+    seeded_noise: bool = option(False, help="Tests and benchmarks only: draw the DP noise and subsamples from `seed` (reproducible, NOT secret: "
+                                "anyone with the card can regenerate the noise; the card says so and the audit fails it unless "
+                                "`allow_seeded_noise`).")
+    sign_key: Optional[str] = option(None, help="Sign the card with this Ed25519 private key (dpconvert card keygen); the audit's "
+                                     "`trusted_keys` checks it.", panel=OUTPUT)
+    force: bool = option(False, help="Replace existing outputs (the model, its cards, a saved generator).", panel=OUTPUT)
+    teacher_card: Optional[str] = option(None, help="The teacher's own dpconvert privacy card (default: the one embedded in an ONNX teacher). "
+                                         "When it verifies, the student's card carries the teacher's record-level guarantee too.", panel=TEACHER)
+    trusted_keys: Optional[str] = option(None, help="Public keys (a folder of *.pub) a teacher card's signature must verify against.",
+                                         panel=TEACHER)
+    no_privacy: bool = option(False, help="DPDFD without noise (ε = ∞): a non-private student for comparison only; its card says so and "
+                              "every audit fails it.")
+    parity_inputs: int = option(256, help="Inputs of the ONNX-vs-torch parity check.", cli=False)
+    command: Optional[str] = option(None, help="The command line, for the card.", cli=False)
     delta_is_default: bool = field(init=False, default=False)  # the user gave no δ: a method may tie it to its units
 
     def __post_init__(self) -> None:

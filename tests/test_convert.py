@@ -144,7 +144,7 @@ def test_failure_while_writing_leaves_no_output(tmp_path, cli, monkeypatch):
     (["--out", "{d}/missing/s.onnx"], "does not exist"),
     (["--out", "{d}/s.onnx", "--eps", "0"], "--eps"),
     (["--out", "{d}/s.onnx", "--student", "resnet9000"], "unknown student architecture"),
-    (["--out", "{d}/s.onnx", "--distill-loss", "mse"], "unknown distillation loss 'mse'"),
+    (["--out", "{d}/s.onnx", "--distill-loss", "mse"], "unknown --distill-loss 'mse'; choose one of: logits, ce, kd"),
     (["--out", "{d}/s.onnx", "--prior", "dafl"], "unknown --prior 'dafl'"),
     (["--out", "{d}/s.onnx", "--eval-data", "{d}/nope.npz"], "no such file"),
 ])

@@ -344,7 +344,7 @@ def test_next_round_features_concatenate_the_first_map():
     # the student's part is the student's features, down-weighted by round_features_weight before the joint normalisation
     scale = both[:, 64:].norm(dim=1) / both[:, :64].norm(dim=1)
     assert torch.allclose(scale, torch.full((5,), 0.5), atol=1e-4)
-    with pytest.raises(DpconvertError, match="student or student\\+first"):
+    with pytest.raises(DpconvertError, match="choose one of: student, student\\+first"):
         PknnOptions(round_features="teacher")
 
 

@@ -10,17 +10,11 @@ instant. Every ``DpconvertError`` becomes one red line and exit code 1; usage er
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from dpconvert.errors import DpconvertError
-from dpconvert.methods.adlm import AdlmOptions
-from dpconvert.methods.dpdfd_options import DpdfdOptions
-from dpconvert.methods.dpgan import GanOptions
-from dpconvert.methods.dpsgd import DpsgdOptions
-from dpconvert.methods.pknn_options import PknnOptions
 from dpconvert.version import __version__
 
 from .console import err, out, setup_logging
@@ -58,49 +52,41 @@ app = typer.Typer(
 card_app = typer.Typer(help="Show, verify or sign one privacy card; make signing keys.", no_args_is_help=True)
 app.add_typer(card_app, name="card")
 
-TEACHER, PRIVACY, DPDFD, PKNN, DATA, OUTPUT = "Teacher", "Privacy", "DPDFD (data-free, query-level)", "Private-kNN (record-level)", "Data", "Output"
-DPSGD, ADLM = "DP-SGD (record-level, private labels)", "AdLM (record-level, pure ε-DP, private labels)"
-P, D, S, A, G = PknnOptions(), DpdfdOptions(), DpsgdOptions(), AdlmOptions(), GanOptions()
 
 
 def method_help(auto: bool = True) -> str:
     """The --method help, from the method registry (each method's one-line summary)."""
     from dpconvert.methods import METHODS
 
-    listed = "; ".join(f"{name}: {METHODS.get(name).summary}" for name in METHODS)
+    from dpconvert.methods import METHOD_ORDER
+
+    listed = "; ".join(f"{name}: {METHODS.get(name).summary}" for name in METHOD_ORDER)
     return listed + ("; auto (default): DP-SGD with --private-data, DPDFD otherwise." if auto else ".")
 
 # ------------------------------------------------------------------ shared options
-Arch = Annotated[Optional[str], typer.Option("--arch", help="Architecture for weights-only files: timm:NAME (or NAME) or a registered one (e.g. datalens_cnn). Default: recognised from the weights' keys and shapes for common timm families.", rich_help_panel=TEACHER)]
-NumClasses = Annotated[Optional[int], typer.Option("--num-classes", help="Number of classes (when the source does not say).", rich_help_panel=TEACHER)]
-InChans = Annotated[Optional[int], typer.Option("--in-chans", help="Input channels (e.g. 1 for grayscale timm models).", rich_help_panel=TEACHER)]
-InputSize = Annotated[Optional[str], typer.Option("--input-size", help="Input size C,H,W (e.g. 1,28,28).", rich_help_panel=TEACHER)]
-Mean = Annotated[Optional[str], typer.Option("--mean", help="Per-channel input mean, comma-separated.", rich_help_panel=TEACHER)]
-Std = Annotated[Optional[str], typer.Option("--std", help="Per-channel input std, comma-separated.", rich_help_panel=TEACHER)]
-Weights = Annotated[Optional[Path], typer.Option("--weights", help="Local weights file for timm:NAME (works offline).", rich_help_panel=TEACHER)]
-TrustPickle = Annotated[bool, typer.Option("--trust-pickle", help="Allow unpickling a whole nn.Module. Unpickling runs code from the file: only for files you trust.", rich_help_panel=TEACHER)]
-Device = Annotated[str, typer.Option("--device", help="cpu, cuda or auto.", rich_help_panel=TEACHER)]
-ClassNames = Annotated[Optional[str], typer.Option("--class-names", help="The class list in label order, comma-separated or a file with one name per line: needed for ImageFolders whose class folders have names (cat, dog) instead of 0..K-1. Public by your statement; on the card.", rich_help_panel="Data")]
+def _teacher_option(name: str):
+    from dpconvert.io.teachers import LoadOptions
+
+    from .generated import option_annotation
+
+    return option_annotation(LoadOptions, name)
+
+
+Arch, NumClasses, InChans, InputSize, Mean, Std, Weights, TrustPickle = (
+    _teacher_option(n) for n in ("arch", "num_classes", "in_chans", "input_size", "mean", "std", "weights", "trust_pickle"))
+
 
 def _load_options(arch, num_classes, in_chans, input_size, mean, std, weights, trust_pickle, device="cpu"):
-    from dpconvert.io.spec import parse_floats, parse_size
+    """LoadOptions from a hand-written command's teacher options (``inspect``, ``audit``): parsed as declared."""
     from dpconvert.io.teachers import LoadOptions
     from dpconvert.options import resolve_device
 
-    return LoadOptions(arch=arch, num_classes=num_classes, in_chans=in_chans, input_size=parse_size(input_size) if input_size else None,
-                       mean=parse_floats(mean, "--mean") if mean else None, std=parse_floats(std, "--std") if std else None,
-                       weights=str(weights) if weights else None, trust_pickle=trust_pickle, device=resolve_device(device))
+    from .generated import params_of
 
-
-def _class_names(value: Optional[str]):
-    from dpconvert.io.data import parse_class_names
-
-    return None if value is None else parse_class_names(value)
-
-
-def _given(**values) -> dict:
-    """Only the options the user gave: the library owns the defaults."""
-    return {k: v for k, v in values.items() if v is not None}
+    values = dict(arch=arch, num_classes=num_classes, in_chans=in_chans, input_size=input_size, mean=mean, std=std,
+                  weights=str(weights) if weights else None, trust_pickle=trust_pickle)
+    parsed = {p.name: p.value(values[p.name]) for p in params_of(LoadOptions, only=set(values)) if values[p.name] is not None}
+    return LoadOptions(**parsed, device=resolve_device(device))
 
 
 def _exit_usage(message: str) -> None:

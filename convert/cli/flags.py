@@ -3,14 +3,27 @@ prints (errors, warnings, audit reasons) shows them as the flags a user types (-
 
 from __future__ import annotations
 
+import functools
 import re
 
-# Library parameter → CLI flag, where the flag is not the parameter with dashes.
-FLAG_OF = {"releases": "--steps", "method_options": "the method's options", "out": "--out"}
+# Library parameters that are no option (the options' own flags come from their declarations: `releases` → --steps)
+NOT_OPTIONS = {"method_options": "the method's options", "out": "--out"}
+
+
+@functools.lru_cache(maxsize=1)
+def _flag_of() -> dict:
+    """Every declared option whose flag is not its name with dashes (``option(flag=…)``)."""
+    from dpconvert.io.teachers import LoadOptions
+    from dpconvert.methods import METHODS
+    from dpconvert.option_fields import option_specs
+    from dpconvert.options import RunOptions
+
+    specs = [s for cls in (RunOptions, LoadOptions, *(METHODS.get(m).Options for m in METHODS)) for s in option_specs(cls)]
+    return {**{s.name: "--" + s.flag.replace("_", "-") for s in specs if s.flag != s.name}, **NOT_OPTIONS}
 
 
 def flag(param: str) -> str:
-    return FLAG_OF.get(param, "--" + param.replace("_", "-"))
+    return _flag_of().get(param, "--" + param.replace("_", "-"))
 
 
 def as_flags(message: str) -> str:

@@ -11,25 +11,38 @@ import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 from dpconvert.errors import DpconvertError
 from dpconvert.io.hashing import file_sha256
 from dpconvert.registry import Registry
-from dpconvert.io.spec import InputSpec
+from dpconvert.io.spec import InputSpec, parse_floats, parse_size
+from dpconvert.option_fields import TEACHER, option
+
+
+def _parse_mean(text: str) -> tuple:
+    return parse_floats(text, "`mean`")
+
+
+def _parse_std(text: str) -> tuple:
+    return parse_floats(text, "`std`")
 
 
 @dataclass
 class LoadOptions:
-    arch: Optional[str] = None  # "timm:NAME" or a registered student architecture
-    num_classes: Optional[int] = None
-    in_chans: Optional[int] = None
-    input_size: Optional[tuple[int, int, int]] = None
-    mean: Optional[tuple[float, ...]] = None
-    std: Optional[tuple[float, ...]] = None
-    weights: Optional[str] = None  # local weights for timm:NAME
-    trust_pickle: bool = False
-    device: str = "cpu"
+    """How to load a teacher whose file does not say everything (the CLI's Teacher panel)."""
+
+    PANEL: ClassVar[str] = TEACHER
+    arch: Optional[str] = option(None, help="Architecture for weights-only files: timm:NAME (or NAME) or a registered one (e.g. datalens_cnn).",
+                                 default_text="recognised from the weights' keys and shapes for common timm families")
+    num_classes: Optional[int] = option(None, help="Number of classes (when the source does not say).")
+    in_chans: Optional[int] = option(None, help="Input channels (e.g. 1 for grayscale timm models).")
+    input_size: Optional[tuple[int, int, int]] = option(None, help="Input size C,H,W (e.g. 1,28,28).", parse=parse_size)
+    mean: Optional[tuple[float, ...]] = option(None, help="Per-channel input mean, comma-separated.", parse=_parse_mean)
+    std: Optional[tuple[float, ...]] = option(None, help="Per-channel input std, comma-separated.", parse=_parse_std)
+    weights: Optional[str] = option(None, help="Local weights file for timm:NAME (works offline).")
+    trust_pickle: bool = option(False, help="Allow unpickling a whole nn.Module. Unpickling runs code from the file: only for files you trust.")
+    device: str = option("cpu", help="cpu, cuda or auto.")
 
 
 @dataclass

@@ -12,7 +12,11 @@ from dpconvert.errors import DpconvertError
 from . import adlm, dpdfd, dpsgd, pknn  # noqa: F401  (register the methods)
 from .base import METHODS, NOT_COVERED, Method, MethodOutput
 
-__all__ = ["METHODS", "NOT_COVERED", "Method", "MethodOutput", "choose_method"]
+__all__ = ["METHODS", "METHOD_ORDER", "NOT_COVERED", "Method", "MethodOutput", "choose_method"]
+
+# how help and docs present the methods: the data-free one the product is named for, then the record-level ones by
+# what they need (private data + queries, private labels); a test keeps it equal to the registry
+METHOD_ORDER = ("dpdfd", "pknn", "dpsgd", "adlm")
 
 
 def choose_method(run) -> tuple[str, str]:

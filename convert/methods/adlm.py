@@ -26,8 +26,10 @@ The card's mechanism block lists these corrections; ``dpconvert audit`` recomput
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 from dpconvert.errors import DpconvertError
+from dpconvert.option_fields import option
 
 from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, noise_probe, register
 
@@ -45,10 +47,13 @@ STUDENT_NAME = "scatternet_prototypes"
 
 @dataclass
 class AdlmOptions:
-    relevance_share: float = 0.1  # ε₁ / ε: the relevance release; the rest (ε₂) buys the coefficients
-    relevance_power: float = 0.5  # w_j ∝ relevance^power (0: uniform noise, the non-adaptive ablation; 1 measured no better, benchmarks)
-    pool: int = 3  # ScatterNet coefficients pooled to pool×pool per channel (d = 81·pool² for one channel, J = 2)
-    minibatch: int = 2048  # rows per forward pass of the fixed features (memory only)
+    PANEL: ClassVar[str] = "AdLM (record-level, pure ε-DP, private labels)"
+    relevance_share: float = option(0.1, help="Share ε₁/ε of `eps` for the private relevance release; the rest (ε₂) buys the coefficients.",
+                                    plan=True)
+    # 0: uniform noise, the non-adaptive ablation; 1 measured no better (benchmarks)
+    relevance_power: float = option(0.5, help="Noise redistribution: weight ∝ relevance^power (0 = uniform).")
+    pool: int = option(3, help="ScatterNet coefficients pooled to pool×pool per channel (d = 81·pool² for one channel, J = 2).")
+    minibatch: int = option(2048, help="Rows per forward pass of the fixed features (memory only).", cli=False)
 
     def __post_init__(self) -> None:
         checks = [(0 < self.relevance_share < 1, "`relevance_share` must be in (0, 1)"), (self.relevance_power >= 0, "`relevance_power` must be >= 0"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -47,16 +46,19 @@ class Method(ABC):
             raise DpconvertError(f"method {self.name} runs in one process only; run it without torchrun")
 
     def options(self, values: Optional[dict] = None):
-        """The method's options from keyword values; an unknown name is an error that lists the known ones."""
+        """The method's options from keyword values (flat names: a nested option such as Private-kNN's `gan_critic`
+        goes to its sub-options); an unknown name is an error that lists the known ones."""
+        from dpconvert.option_fields import from_flat, option_names
+
         values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(self.Options)}
+        known = option_names(self.Options)
         unknown = sorted(set(values) - known)
         if unknown:
-            owners = [m for m in METHODS if unknown[0] in {f.name for f in dataclasses.fields(METHODS.get(m).Options)}]
+            owners = [m for m in METHODS if unknown[0] in option_names(METHODS.get(m).Options)]
             hint = f"it is an option of {' and '.join(owners)}: choose `method` {owners[0]}" if owners else \
                 f"the options of {self.name} are {', '.join('`' + k + '`' for k in sorted(known))}"
             raise DpconvertError(f"`{unknown[0]}` is not an option of method {self.name!r}; {hint}")
-        return self.Options(**values)
+        return from_flat(self.Options, values)[0]
 
     def check(self, run, opts) -> None:
         """Checks that combine the run's options with the method's, before anything is loaded."""

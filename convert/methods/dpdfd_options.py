@@ -7,11 +7,12 @@ what ``dpconvert plan`` prints is what a default conversion runs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 from dpconvert.errors import DpconvertError
+from dpconvert.option_fields import check_choices, option
 from dpconvert.seeds import stream
 
 DEFAULT_DISTILL_LOSS = "logits"  # chosen by benchmark (benchmarks/RESULTS.md)
@@ -23,34 +24,51 @@ PER_IMAGE_BATCH = 1_000_000  # per-image targets: rows per release by default (2
 # image. Fashion-MNIST CNN teacher, ε = 1: 66.0 / 66.1 / 66.2 % on seeds 0–2 against 56.5 % for one target per prior
 # sample (benchmarks/RESULTS.md, table 2); not measured on other sizes, where the default stays one target per sample
 DEFAULT_PRIOR_IMAGES = 2500
+AMP = ("bf16", "off")
+ACCOUNTING = {"per-answer": "dpdfd_per_answer", "composed": "dpdfd"}  # `accounting` → the accountant
+DISTILL_LOSS_NAMES = ("logits", "ce", "kd")  # mechanisms/output_gradients.py: DISTILL_LOSSES (a test keeps them equal)
 
 
 @dataclass
 class DpdfdOptions:
-    releases: int = 1  # T: noisy releases (ε depends on σ and T only)
-    batch_size: Optional[int] = None  # B: rows per release (free for the query-level ε); default from the input size
-    clip: float = 1.0  # C: row norm of the normalised output gradients
-    epochs: Optional[int] = None  # student passes over the released pairs after each release; default from the input size
-    distill_loss: str = DEFAULT_DISTILL_LOSS  # L_T: logits (centred logit matching), ce (the paper's), kd
-    generator: Optional[str] = None  # a learned generator mixed with the prior (e.g. dafl)
-    prior: Optional[str] = None  # the data-free query prior (generators.PRIORS); default from the input size
-    prior_pool: int = 10  # later releases pick a class-balanced selection out of pool × B prior samples
+    PANEL: ClassVar[str] = "DPDFD (data-free, query-level)"
+    releases: int = option(1, help="Noisy releases T; with per-answer accounting the query-level ε is one release's for any T.", flag="steps",
+                           aliases=("releases",), plan=True)
+    batch_size: Optional[int] = option(None, help="Rows per release B (free for the query-level ε; the student's signal grows with √B).",
+                                       default_text="from the input size and device", plan=True)
+    clip: float = option(1.0, help="Row norm C of the normalised output gradients.")
+    epochs: Optional[int] = option(None, help="Student passes over the released pairs after each release (per-image targets: passes over "
+                                   "the images, 400 000 views in all by default).", default_text="from the input size")
+    distill_loss: str = option(DEFAULT_DISTILL_LOSS, help="L_T: logits (centred logit matching, the whole class ranking per query), ce "
+                               "(the paper's: teacher argmax only) or kd.", choices=DISTILL_LOSS_NAMES)
+    generator: Optional[str] = option(None, help="A learned generator mixed with the data-free prior (e.g. dafl).", default_text="the prior only")
+    prior: Optional[str] = option(None, help="The data-free query prior: random_fields (smooth blobs and strokes) or centred_fields (the same "
+                                  "inside a centred ellipse).", default_text="from the input size")
+    prior_pool: int = option(10, help="Later releases pick a class-balanced selection out of pool × B prior samples.", cli=False)
     # with public_data: "per-image" (the targets of all views of one image are averaged and denoised) or "rows" (every view
     # of a public image is a training pair with its own noisy target). per-image is the default: at ε = 1 it measured
     # better on in-domain and on out-of-domain images, 85.0 vs 80.2 % and 48.7 vs 42.8 %; rows keeps more without noise
     # (σ = 0, out of domain: 72.1 vs 55.6 %) — benchmarks/RESULTS.md, table 3
-    public_targets: Optional[str] = None  # None: per-image with public_data or prior_images (and no generator), else rows
+    public_targets: Optional[str] = option(None, help="per-image (the views' targets averaged per image and denoised; B defaults to "
+                                           "1 000 000) or rows (one noisy target per view).", choices=tuple(PUBLIC_TARGETS),
+                                           default_text="per-image with `public_data` or `prior_images`, else rows", plan=True)
     # data-free per-image targets: draw this many fixed images from the prior (from the seed) and query views of each one
     # many times, so their released targets can be averaged like public images'; None/0: one target per prior sample
     # (rows). None: DEFAULT_PRIOR_IMAGES for 28×28-sized inputs when nothing else is the query source, else 0
-    prior_images: Optional[int] = None
-    amp: Optional[str] = None  # bf16 or off; None: the device's default (DEVICE_DEFAULTS: bf16 on CUDA, off on CPU)
-    save_generator: Optional[str] = None  # FILE.safetensors: the learned generator and what it cost
+    prior_images: Optional[int] = option(None, help="Data-free per-image targets: N fixed images drawn from the prior, views of each queried "
+                                         "many times so their targets can be averaged (B defaults to 1 000 000); 0 turns it off. With "
+                                         "`public_data`: N prior images beside the public ones.",
+                                         default_text=f"{DEFAULT_PRIOR_IMAGES} for 28×28-sized inputs, else 0", plan=True)
+    amp: Optional[str] = option(None, help="bf16 (teacher and student forward under bf16 autocast; the release stays fp32) or off.",
+                                choices=AMP, default_text="bf16 on CUDA, off on CPU")
+    save_generator: Optional[str] = option(None, help="Save the learned generator and what it cost to FILE.safetensors (with `generator`; "
+                                           "Private-kNN: with `query_generator` train).")
     # per-answer: no input is answered twice over the run (the engine enforces it across releases), so the query-level ε
     # is one release's for any number of releases (docs/privacy.md); composed: the T releases compose (the bound for
     # runs whose cost is reused elsewhere, e.g. Private-kNN's query generator)
-    accounting: str = "per-answer"
-    engine: dict = field(default_factory=dict)  # research: any other DpdfdConfig field (checked against it)
+    accounting: str = option("per-answer", help="per-answer (the engine never answers an input twice, so the query-level ε is one release's "
+                             "for any `releases`) or composed (the releases compose).", choices=tuple(ACCOUNTING), plan=True)
+    engine: dict = option(default_factory=dict, help="Research: any other DpdfdConfig field (checked against it).", cli=False)
 
     def __post_init__(self) -> None:
         if self.releases < 1:
@@ -63,14 +81,9 @@ class DpdfdOptions:
             raise DpconvertError("`epochs` must be >= 1")
         if self.prior_pool < 1:
             raise DpconvertError("`prior_pool` must be >= 1")
-        if self.amp is not None and self.amp not in AMP:
-            raise DpconvertError(f"`amp` must be bf16 or off, got {self.amp!r}")
         if self.prior_images is not None and self.prior_images < 0:
             raise DpconvertError("`prior_images` must be >= 0")
-        if self.accounting not in ACCOUNTING:
-            raise DpconvertError(f"unknown `accounting` {self.accounting!r}; choose one of: {', '.join(ACCOUNTING)}")
-        if self.public_targets is not None and self.public_targets not in PUBLIC_TARGETS:
-            raise DpconvertError(f"unknown `public_targets` {self.public_targets!r}; choose one of: {', '.join(PUBLIC_TARGETS)}")
+        check_choices(self)
 
 
 @dataclass(frozen=True)
@@ -90,8 +103,6 @@ DEVICE_DEFAULTS = {
     # B = 100k in 13 s (fp32); bf16 autocast is the usual inference/training precision on recent GPUs
     "cuda": DeviceDefaults((2_000_000, 2_000_000, 262_144), 8, "bf16"),
 }
-AMP = ("bf16", "off")
-ACCOUNTING = {"per-answer": "dpdfd_per_answer", "composed": "dpdfd"}  # `accounting` → the accountant
 
 
 def prior_images(run, opts: DpdfdOptions, spec) -> int:

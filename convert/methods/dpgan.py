@@ -16,7 +16,9 @@ gave the better student, which is why it is the default.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import Callable, ClassVar, Optional
+
+from dpconvert.option_fields import option
 
 from dpconvert.registry import Registry
 from dpconvert.seeds import seed_of, stream
@@ -26,24 +28,31 @@ DPGAN_GENERATOR = "dcgan_small"
 
 @dataclass(frozen=True)
 class GanOptions:
-    critic: str = "embedding"  # a key of CRITICS
-    lr: Optional[float] = None  # generator (and critic) Adam step; None: the critic's default
-    fake_batch: int = 512  # generated examples per step (fixed: never a function of the data)
+    """The DP-critic GAN's options: `dpconvert synth`'s, and Private-kNN's `gan_*` (``PknnOptions.gan``)."""
+
+    PANEL: ClassVar[str] = "DP-critic GAN"
+    critic: str = option("embedding", help="The DP critic: embedding (one noisy kernel mean-embedding release of the records) or dpsgd "
+                         "(a convolutional critic trained with DP-SGD).", choices=("embedding", "dpsgd"), plan=True)
+    lr: Optional[float] = option(None, help="Generator (and critic) Adam step.", default_text="the critic's", cli=False)
+    fake_batch: int = option(512, help="Generated examples per step (fixed: never a function of the data).", cli=False)
     # critic "dpsgd"
-    steps: int = 1000  # critic steps (each one noisy DP-SGD step on a Poisson lot)
-    sampling_rate: float = 0.02  # q of the critic's lots
-    clip: float = 1.0  # per-example gradient norm bound of the critic
+    steps: int = option(1000, help="DP critic steps, each one noisy DP-SGD step on a Poisson lot.", only_with=("critic", "dpsgd"), plan=True)
+    sampling_rate: float = option(0.02, help="Poisson rate q of the critic's lots.", only_with=("critic", "dpsgd"), plan=True)
+    clip: float = option(1.0, help="Per-example gradient norm bound of the critic.", only_with=("critic", "dpsgd"), cli=False)
     # critic "embedding"
-    features: int = 3000  # random Fourier frequencies: 2·features + 1 released numbers per class
-    length_scale: float = 0.2  # the Gaussian kernel's ℓ in units of √(input dimensions), on [0, 1] pixels
-    generator_steps: int = 1500  # generator steps against the one release (post-processing: free)
+    features: int = option(3000, help="Random Fourier frequencies: 2·features + 1 released numbers per class.", only_with=("critic", "embedding"),
+                           cli=False)
+    length_scale: float = option(0.2, help="The Gaussian kernel's length scale in units of √(input dimensions), on [0, 1] pixels.",
+                                 only_with=("critic", "embedding"), cli=False)
+    generator_steps: int = option(1500, help="Generator steps against the one release (post-processing: free).", only_with=("critic", "embedding"))
 
     def __post_init__(self) -> None:
         """The one place the GAN's options are checked (Private-kNN's `gan_*` and `dpconvert synth` both build these)."""
         from dpconvert.errors import DpconvertError
+        from dpconvert.option_fields import check_choices
 
-        checks = [(self.critic in CRITICS, f"`gan_critic` must be {' or '.join(CRITICS)}, got {self.critic!r}"),
-                  (self.steps >= 1, "`gan_steps` must be >= 1"), (0 < self.sampling_rate < 1, "`gan_sampling_rate` must be in (0, 1)"),
+        check_choices(self, "gan_")
+        checks = [(self.steps >= 1, "`gan_steps` must be >= 1"), (0 < self.sampling_rate < 1, "`gan_sampling_rate` must be in (0, 1)"),
                   (self.clip > 0, "`gan_clip` must be > 0"), (self.fake_batch >= 1, "`gan_fake_batch` must be >= 1"),
                   (self.lr is None or self.lr > 0, "`gan_lr` must be > 0"), (self.features >= 1, "`gan_features` must be >= 1"),
                   (self.length_scale > 0, "`gan_length_scale` must be > 0"), (self.generator_steps >= 1, "`gan_generator_steps` must be >= 1")]

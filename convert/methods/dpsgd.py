@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from dpconvert.errors import DpconvertError
+from dpconvert.option_fields import option
 
 from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, noise_probe, register
 
@@ -31,14 +32,18 @@ TEACHER_NOT_USED = "not queried: DP-SGD learns from the private records' own lab
 class DpsgdOptions:
     # Defaults from the Fashion-MNIST benchmark (benchmarks/RESULTS.md) following Tramèr & Boneh's ScatterNet recipe:
     # large lots (q·n ≈ 8 400 of 60 000), small clip, SGD with momentum, many epochs at the correspondingly larger σ.
-    epochs: int = 40  # T = epochs·⌊1/q⌋ noisy steps (a function of the options only: n never sets T)
-    sampling_rate: float = 0.14  # q: each record joins each lot independently with this probability
-    clip: float = 0.1  # C: per-example gradient norm bound
-    lr: float = 4.0
-    momentum: float = 0.9
-    sigma: Optional[float] = None  # noise multiplier, the same as the run's `noise_multiplier` (one of them); calibrated to `eps` when None
-    count_sigma: float = 100.0  # σ_n of the noisy record count that scales the learning rate (sensitivity 1)
-    minibatch: int = 2048  # rows per forward pass when computing fixed features (memory only; no effect on the result)
+    PANEL: ClassVar[str] = "DP-SGD (record-level, private labels)"
+    epochs: int = option(40, help="Epochs of ⌊1/q⌋ noisy steps each (the steps are a function of the options only: n never sets them).",
+                         plan=True)
+    sampling_rate: float = option(0.14, help="Lot sampling rate q: each record joins each lot independently with this probability.", plan=True)
+    clip: float = option(0.1, help="Per-example gradient norm bound C.", plan=True)
+    lr: float = option(4.0, help="Learning rate of SGD on the noisy gradients.")
+    momentum: float = option(0.9, help="SGD momentum.")
+    sigma: Optional[float] = option(None, help="Noise multiplier σ (the same as `noise_multiplier`: give one); ε is computed and must not "
+                                    "exceed `eps`.", default_text="calibrated to `eps`", plan=True)
+    count_sigma: float = option(100.0, help="Noise std of the record count that scales the learning rate (sensitivity 1; counted in ε).",
+                                plan=True)
+    minibatch: int = option(2048, help="Rows per forward pass when computing fixed features (memory only; no effect on the result).", cli=False)
 
     def __post_init__(self) -> None:
         checks = [

@@ -21,7 +21,9 @@ from dpconvert.accounting.statements import COVERS_STUDENT_AND_LABELS
 
 from .base import NOT_COVERED, Method, MethodOutput, register
 from .dpdfd_options import DpdfdOptions, check_generator_path
-from .pknn_options import KNN_SEARCH, PknnOptions, GAN_CRITIC_OPTIONS
+from dpconvert.option_fields import changed_options
+
+from .pknn_options import KNN_SEARCH, PknnOptions
 from .query_sources import GENERATOR_QUERIES, generator_share, load_queries, source_name
 
 log = logging.getLogger("dpconvert")
@@ -59,8 +61,10 @@ class PrivateKnn(Method):
     def options(self, values=None):
         """Options of the in-run generator's DPDFD (`releases`, `batch_size`, `generator`, `prior`, …) go to ``generator_run``."""
         values = dict(values or {})
-        own = set(PknnOptions.__dataclass_fields__)
-        dpdfd = {k: values.pop(k) for k in list(values) if k not in own and k in DpdfdOptions.__dataclass_fields__}
+        from dpconvert.option_fields import option_names
+
+        own = option_names(PknnOptions)
+        dpdfd = {k: values.pop(k) for k in list(values) if k not in own and k in option_names(DpdfdOptions)}
         if dpdfd:
             values["generator_run"] = DpdfdOptions(**{**asdict(values.get("generator_run") or DpdfdOptions()), **dpdfd})
         return super().options(values)
@@ -86,12 +90,9 @@ class PrivateKnn(Method):
             raise DpconvertError(f"`{changed[0]}` is DPDFD's; with Private-kNN it configures only the generator trained with `query_generator` train")
         if opts.generator_eps is not None and source not in ("train", "dpgan"):
             raise DpconvertError("`generator_eps` is the in-run generator's share of `eps`; use it with `query_generator` train or dpgan")
-        gan_changed = [k for k in PknnOptions.__dataclass_fields__ if k.startswith("gan_") and getattr(opts, k) != getattr(PknnOptions(), k)]
+        gan_changed = changed_options(opts.gan)  # a critic's own options are checked by GanOptions itself
         if gan_changed and source != "dpgan":
-            raise DpconvertError(f"`{gan_changed[0]}` configures the DP-critic GAN: use it with `query_generator` dpgan")
-        other = [k for c, keys in GAN_CRITIC_OPTIONS.items() if c != opts.gan_critic for k in keys if k in gan_changed]
-        if other:
-            raise DpconvertError(f"`{other[0]}` configures another GAN critic than `gan_critic` {opts.gan_critic}; drop it or change the critic")
+            raise DpconvertError(f"`gan_{gan_changed[0]}` configures the DP-critic GAN: use it with `query_generator` dpgan")
         if source in ("train", "dpgan") and not 0 < generator_share(run, opts) < run.eps:
             raise DpconvertError(f"`generator_eps` must be between 0 and `eps` {run.eps:g} (the rest labels the queries), "
                                  f"got {generator_share(run, opts):g}")
@@ -117,7 +118,7 @@ class PrivateKnn(Method):
 
             from .dpgan import planned_events
 
-            planned = DpganPknnAccountant(events=planned_events(opts.gan_options(), generator_share(run, opts), run.delta / 2))
+            planned = DpganPknnAccountant(events=planned_events(opts.gan, generator_share(run, opts), run.delta / 2))
             return self._joint_budget(run, opts, planned, spec.num_classes, total)[1]
         raise DpconvertError(f"`query_generator` {source}: its cost is known once it has run; convert prints the composed plan "
                              "before any label is released (or plan the labels alone with `public_data`-sized `queries`)")
@@ -206,7 +207,7 @@ class PrivateKnn(Method):
 
             from .dpgan import planned_events
 
-            planned = DpganPknnAccountant(events=planned_events(opts.gan_options(), generator_share(run, opts), run.delta / 2))
+            planned = DpganPknnAccountant(events=planned_events(opts.gan, generator_share(run, opts), run.delta / 2))
             self._joint_budget(run, opts, planned, num_classes, queries)
         elif source == "dpgan":
             self.label_plan(opts, num_classes, run.eps - generator_share(run, opts), run.delta / 2, queries)

@@ -150,7 +150,7 @@ def _dpgan(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     from .dpgan import DPGAN_GENERATOR, train_dpgan
 
     share = generator_share(run, opts)
-    gan = train_dpgan(ctx, opts.gan_options(), teacher.spec, share, run.delta / 2, on_progress)
+    gan = train_dpgan(ctx, opts.gan, teacher.spec, share, run.delta / 2, on_progress)
     info = {"trained_in_this_run": True, "architecture": f"{DPGAN_GENERATOR} generator, DP critic ({gan.mechanism['critic']})", "samples": n,
             "dpgan_epsilon_at_its_delta": gan.epsilon, "its_delta": run.delta / 2, "dpgan": gan.mechanism}
     return QuerySource(sample_queries(gan.generator, n, teacher.spec.num_classes, rng),
