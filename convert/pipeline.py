@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import math
 import shlex
 import time
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .version import __version__
+from .accounting.card_blocks import check_spent
 from .errors import DpconvertError
 from .methods import METHODS, MethodOutput, choose_method
 from .options import RunOptions
@@ -87,7 +87,7 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
         from dpconvert.context import RunContext
 
         result = method.run(RunContext.build(run, teacher.spec, world), opts, teacher, relay_plan, on_progress)
-        check_spent(result, run)
+        check_spent(result.accountant, delta=result.delta, target=run.eps)  # every method's ε, once, before anything is written
         if not world.is_main:
             return None
         utility = None
@@ -100,20 +100,6 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
     from dpconvert.zoo_cards import card_paths
 
     return ConvertResult(out, *card_paths(out), card, time.perf_counter() - start, result.rounds, name, profile.to_dict())
-
-
-def check_spent(result, run: RunOptions) -> None:
-    """One check for every method, before anything is written: ε recomputed from the events the mechanisms recorded
-    (the accountant the audit replays) equals the card's ε and is within the target the noise was calibrated to."""
-    from dpconvert.accounting import ACCOUNTANTS
-
-    state, delta = result.accounting["state"], result.guarantee["delta"]
-    spent = ACCOUNTANTS.get(state["accountant"])().load_state_dict(state).epsilon(delta=delta)
-    stated = result.guarantee["epsilon"]
-    if not (stated == "inf" and math.isinf(spent)) and not math.isclose(spent, stated, rel_tol=1e-9, abs_tol=1e-12):
-        raise DpconvertError(f"internal error: the recorded events give ε={spent} but the card would say ε={stated}; nothing was written")
-    if run.eps is not None and spent > run.eps * (1 + 1e-9):
-        raise DpconvertError(f"internal error: ε spent {spent} exceeds the target {run.eps}; nothing was written")
 
 
 def teacher_guarantee(source: str, teacher, run: RunOptions) -> Optional[dict]:
@@ -165,6 +151,7 @@ def _signing_key(path: Optional[str]):
 
 def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: MethodOutput, utility, reason: str, signing_key=None, profile=None,
                    world=None, inherited=None):
+    from dpconvert.accounting.card_blocks import accounting_block, guarantee_block
     from dpconvert.accounting.statements import (DELTA_CEILING, LARGE_DELTA_PREFIX, PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1,
                                                   WEAK_PARITY_PREFIX)
     from dpconvert.io.export import OPSET, export_onnx, parity
@@ -176,7 +163,7 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
 
     student = r.student.cpu().to(memory_format=torch.contiguous_format).eval()
     warnings = list(teacher.warnings) + list(r.warnings)
-    delta = r.guarantee["delta"]
+    delta = r.delta
     if delta > DELTA_CEILING:  # only with `allow_large_delta`; the audit fails it unless its policy admits this δ
         warnings.append(f"{LARGE_DELTA_PREFIX} {DELTA_CEILING:g}: δ = {delta:g} (allowed by `allow_large_delta`); the guarantee may fail "
                         "outright with this probability")
@@ -199,8 +186,8 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
         },
         "teacher": {"source": teacher_source, "kind": teacher.kind, "sha256": teacher.sha256, "architecture": teacher.arch,
                     "trained_with_dp": True if inherited else None, **({"guarantee": inherited} if inherited else {})},
-        "guarantee": r.guarantee,
-        "accounting": r.accounting,
+        "guarantee": guarantee_block(r.accountant, r.delta, r.claims),
+        "accounting": accounting_block(r.accountant, r.delta, r.claims),
         "mechanism": {**r.mechanism, "method_choice": reason},
         "utility": utility,
         "export": {"onnx_checker": "passed (full_check=True)", "parity": par.to_dict(), "onnxruntime_device": "cpu"},

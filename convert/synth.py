@@ -46,7 +46,8 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
     import numpy as np
     import torch
 
-    from .accounting import DpganAccountant, library_versions
+    from .accounting import DpganAccountant
+    from .accounting.card_blocks import Claims, accounting_block, check_spent, guarantee_block
     from .accounting.statements import COVERS_DATA, DELTA_CEILING, LARGE_DELTA_PREFIX, NOT_COVERED_DATA, SEEDED_WARNING
     from .generators.saved import sample_labelled
     from .io.atomic import AtomicOutputs
@@ -78,7 +79,9 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
     buf = io.BytesIO()
     np.savez_compressed(buf, x=pixels, y=labels.numpy())
     accountant = DpganAccountant().load_state_dict(result.accountant_state)
-    eps_all = accountant.epsilons(delta=delta)
+    check_spent(accountant, delta=delta, target=eps)  # before anything is written, as for a model
+    claims = Claims(covers=list(COVERS_DATA), not_covered=list(NOT_COVERED_DATA), calibrated=True, target_epsilon=eps,
+                    note=ACCOUNTING_NOTE[gan_opts.critic])
     card = PrivacyCard({
         "schema_version": SCHEMA_VERSION,
         "format": DATA_CARD_FORMAT,
@@ -89,11 +92,8 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
         "data": {"file": out.name, "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "sha256_method": DATA_SHA256_METHOD,
                  "samples": samples, "shape": list(input_size), "num_classes": num_classes,
                  "pixels": "uint8, 0..255", "labels": "class-balanced, chosen by the generator's user (public)"},
-        "guarantee": {"epsilon": eps_all["epsilon"], "delta": delta, "scope": "record", "adjacency": accountant.adjacency,
-                      "record_level_epsilon": eps_all["epsilon"], "covers": list(COVERS_DATA), "not_covered": list(NOT_COVERED_DATA)},
-        "accounting": {"accountant": accountant.name, "epsilons": {k: v for k, v in eps_all.items() if k != "epsilon"}, "libraries": library_versions(),
-                       "calibrated": True, "target_epsilon": eps, "state": accountant.state_dict(),
-                       "note": ACCOUNTING_NOTE[gan_opts.critic]},
+        "guarantee": guarantee_block(accountant, delta, claims),
+        "accounting": accounting_block(accountant, delta, claims),
         "mechanism": {"method": "dp-critic-gan", **result.mechanism, "config": {**asdict(gan_opts), "seed": seed}},
         "warnings": ([SEEDED_WARNING] if seeded_noise else []) + ([f"{LARGE_DELTA_PREFIX} {DELTA_CEILING:g}: δ = {delta:g} (allowed by "
                                                                    "`allow_large_delta`)"] if delta > DELTA_CEILING else []),

@@ -243,3 +243,18 @@ def test_errors_carry_the_parameter_to_fix(tmp_path):
         dpconvert.plan("dpsgd", releases=3)
     assert e.value.param == "releases"
     assert dpconvert.DpconvertError("no file", param="out").param == "out" and dpconvert.DpconvertError("a b c").param is None
+
+
+def test_only_the_card_blocks_module_writes_a_guarantee_or_accounting_block():
+    """Methods and ``synth`` hand over their accountant and their claims; every ε on a card, its accounting block and
+    the check that ε spent is within the target are written once (``accounting/card_blocks.py``)."""
+    written_elsewhere = []
+    for path in sorted((ROOT / "convert").rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel == Path("convert/accounting/card_blocks.py") or rel.parts[:2] in {("convert", "auditing"), ("convert", "cli")}:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            keys = {k.value for k in getattr(node, "keys", []) if isinstance(node, ast.Dict) and isinstance(k, ast.Constant)}
+            if {"covers", "not_covered"} & keys or ({"libraries", "state"} <= keys) or _called(node, {"library_versions"}):
+                written_elsewhere.append(f"{rel}:{node.lineno}")
+    assert written_elsewhere == []

@@ -77,23 +77,27 @@ def test_plan_refuses_what_convert_refuses():
         dpconvert.plan("pate")
 
 
-def test_the_pipeline_bounds_every_methods_spent_epsilon_once():
-    """``pipeline.check_spent``: the card's ε must be the one the recorded events give, and within the target."""
-    from types import SimpleNamespace
-
+def test_every_methods_spent_epsilon_is_checked_once_and_the_card_says_it():
+    """``accounting/card_blocks.check_spent``: the ε the recorded events give when replayed (as the audit does) must be
+    the live accountant's and within the target; the card's guarantee block states exactly that ε."""
     from dpconvert.accounting import ACCOUNTANTS
-    from dpconvert.options import RunOptions
-    from dpconvert.pipeline import check_spent
+    from dpconvert.accounting.card_blocks import Claims, accounting_block, check_spent, guarantee_block
 
     acc = ACCOUNTANTS.get("dpsgd")()
     acc.record("subsampled_gaussian", sigma=1.0, clip=1.0, sampling_rate=0.01, count=100)
     eps = acc.epsilon(delta=1e-5)
-
-    def result(stated):
-        return SimpleNamespace(accounting={"state": acc.state_dict()}, guarantee={"epsilon": stated, "delta": 1e-5})
-
-    check_spent(result(eps), RunOptions(eps=eps * 1.01))
-    with pytest.raises(dpconvert.DpconvertError, match="the card would say"):
-        check_spent(result(eps * 0.9), RunOptions(eps=1e3))
+    assert check_spent(acc, delta=1e-5, target=eps * 1.01) == eps
+    claims = Claims(covers=["the student"], not_covered=[], calibrated=False, target_epsilon=None)
+    assert guarantee_block(acc, 1e-5, claims)["epsilon"] == eps
+    assert accounting_block(acc, 1e-5, claims)["state"] == acc.state_dict()
     with pytest.raises(dpconvert.DpconvertError, match="exceeds the target"):
-        check_spent(result(eps), RunOptions(eps=eps * 0.99))
+        check_spent(acc, delta=1e-5, target=eps * 0.99)
+
+    class Forgetful(type(acc)):  # a mechanism whose card would not record everything it spent
+        def state_dict(self):
+            return {**super().state_dict(), "events": super().state_dict()["events"][:1]}
+
+    forgetful = Forgetful(events=list(acc.events))
+    forgetful.record("gaussian_count", sigma=0.5)
+    with pytest.raises(dpconvert.DpconvertError, match="the recorded events give"):
+        check_spent(forgetful, delta=1e-5, target=None)

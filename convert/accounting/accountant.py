@@ -60,6 +60,10 @@ class Accountant(ABC):
     def epsilon(self, *, delta: float) -> float:
         return self.epsilons(delta=delta)["epsilon"]
 
+    def cross_check(self, *, delta: float):
+        """The same ε through an independent library, where the accountant has one (a dict); None: no cross-check."""
+        return None
+
     def state_dict(self) -> dict:
         return {"accountant": self.name, "events": [asdict(e) for e in self.events]}
 

@@ -31,7 +31,7 @@ from typing import ClassVar
 from dpconvert.errors import DpconvertError
 from dpconvert.option_fields import option
 
-from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, noise_probe, register
+from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, noise_probe, register
 
 CORRECTIONS = [
     "relevance from per-class sums of per-record L1-normalised fixed features (sensitivity 1), not from LRP on a network trained on "
@@ -93,7 +93,7 @@ class AdaptiveLaplaceMethod(Method):
     def run(self, ctx, opts: AdlmOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
 
-        from dpconvert.accounting import LaplaceAccountant, library_versions
+        from dpconvert.accounting import LaplaceAccountant
         from dpconvert.mechanisms.adlm import AdaptiveLaplace
         from dpconvert.students.scatternet import PrototypeStudent
 
@@ -111,16 +111,12 @@ class AdaptiveLaplaceMethod(Method):
         mech.fit(ctx.private, student, spec.num_classes, opts.minibatch)
         if on_progress:
             on_progress({"kind": "steps", "done": 2, "step": 2, "steps": 2})
-        eps = accountant.epsilon(delta=0.0)  # within `eps`: the pipeline checks it (pipeline.check_spent)
         return MethodOutput(
             student=student, student_name=STUDENT_NAME, probe=noise_probe(spec, run),
-            rounds=[], warnings=list(ctx.noise.warnings),
-            guarantee={"epsilon": eps, "delta": 0.0, "scope": "record", "adjacency": accountant.adjacency, "record_level_epsilon": eps,
-                       "covers": COVERS_STUDENT, "not_covered": NOT_COVERED},
-            accounting={"accountant": accountant.name, "epsilons": {"laplace_composition": eps}, "libraries": library_versions(), "calibrated": True,
-                        "target_epsilon": run.eps, "state": accountant.state_dict(),
-                        "note": "two Laplace releases of class sums of L1-normalised features (L1 sensitivity 1 each under add/remove), "
-                                "sequential composition: ε = ε₁ + ε₂, δ = 0"},
+            rounds=[], warnings=list(ctx.noise.warnings), accountant=accountant, delta=0.0,
+            claims=Claims(covers=COVERS_STUDENT, not_covered=NOT_COVERED, calibrated=True, target_epsilon=run.eps,
+                          note="two Laplace releases of class sums of L1-normalised features (L1 sensitivity 1 each under add/remove), "
+                               "sequential composition: ε = ε₁ + ε₂, δ = 0"),
             mechanism={"method": "adlm", "epsilon_relevance": eps1, "epsilon_coefficients": eps2, "relevance_power": opts.relevance_power,
                        "features": f"ScatterNet (J={student.fixed_features.scatter.J}, L=8) pooled {opts.pool}×{opts.pool}, square root, "
                                    "per-record L1 normalisation (fixed, no privacy cost)",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Optional
@@ -10,6 +9,7 @@ from typing import Callable, ClassVar, Optional
 from dpconvert.errors import DpconvertError
 from dpconvert.registry import Registry
 
+from dpconvert.accounting.card_blocks import Claims, card_number  # noqa: F401  (re-exported for the methods)
 from dpconvert.accounting.statements import COVERS_STUDENT, NOT_COVERED  # noqa: F401  (re-exported for the methods)
 
 Callback = Optional[Callable[[dict], None]]
@@ -17,13 +17,16 @@ Callback = Optional[Callable[[dict], None]]
 
 @dataclass
 class MethodOutput:
-    """A trained student and its card blocks (the method describes itself; the pipeline adds identity and export)."""
+    """A trained student, the accountant its mechanisms reported to, and what the method states about them; the pipeline
+    writes the card's guarantee and accounting blocks from these (``accounting/card_blocks.py``) and adds identity and
+    export."""
 
     student: object
     student_name: str
     probe: object  # public/synthetic inputs for the ONNX parity check
-    guarantee: dict
-    accounting: dict
+    accountant: object  # the accountant the run's mechanisms recorded their events in
+    delta: float  # the δ every bound of the card is stated at
+    claims: Claims
     mechanism: dict
     warnings: list
     rounds: list
@@ -81,11 +84,6 @@ METHODS: Registry[Method] = Registry("method")
 def register(cls):
     METHODS.register(cls.name)(cls())
     return cls
-
-
-def card_number(v: float):
-    """JSON has no infinity: ε = ∞ (no noise) is written as the string "inf"."""
-    return "inf" if isinstance(v, float) and math.isinf(v) else v
 
 
 def noise_probe(spec, run):

@@ -23,7 +23,7 @@ from .dpdfd_options import (
     draw_prior_images, fixed_prior_images, device_kind, default_batch_size, default_epochs, default_student_lr,
     default_minibatch, check_prior_name, check_generator_path, distinct_answers_warning,
 )
-from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, card_number, register
+from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, register
 
 log = logging.getLogger("dpconvert")
 
@@ -101,13 +101,19 @@ class Dpdfd(Method):
         if job.mechanism.zeroed_rows:  # console only: how many answers were non-finite depends on the teacher
             log.warning("note (console only): %d teacher answers were not finite and were released as zero rows (pure noise)",
                         job.mechanism.zeroed_rows)
-        self._check_spent(accountant, plan, run, opts)
+        ran_the_plan = accountant.count("normalised_gaussian_release") == opts.releases and math.isclose(
+            accountant.epsilon(delta=run.delta), plan["epsilon"], rel_tol=1e-9, abs_tol=1e-12)  # what `dpconvert plan` printed is what ran
+        if not ran_the_plan:
+            raise DpconvertError(f"internal error: the mechanism's releases and ε differ from the plan's ({opts.releases}, ε={plan['epsilon']}); "
+                                 "nothing was written")
         mechanism = self._mechanism_block(run, opts, plan, cfg, ctx.noise.card_fields, source, generator)
-        guarantee = self._guarantee(run, plan)
+        claims = Claims(covers=list(COVERS_STUDENT), not_covered=NOT_COVERED + ([NOT_COVERED_PUBLIC_IMAGES] if run.public_data else []),
+                        calibrated=plan["calibrated"], target_epsilon=run.eps if plan["calibrated"] else None,
+                        extra={"replace_one_epsilon": accountant.replace_one_epsilon(delta=run.delta)})
         images = job.public_image_counts()
         if images is not None:  # public queries: how much one source image weighs, and the ε for all of its answers
             mechanism["public_images"] = images
-            guarantee["per_image_epsilon"] = card_number(accountant.per_image_epsilon(delta=run.delta, max_rows=images["max_rows_per_image"]))
+            claims.extra["per_image_epsilon"] = accountant.per_image_epsilon(delta=run.delta, max_rows=images["max_rows_per_image"])
         extra = {}
         if opts.save_generator:
             from dpconvert.generators.saved import generator_bytes
@@ -116,8 +122,7 @@ class Dpdfd(Method):
             extra[opts.save_generator] = generator_bytes(generator, opts.generator, spec, cost)
         return MethodOutput(
             student=student, student_name=student_name, probe=job.synthesise(run.parity_inputs), rounds=rounds, warnings=warnings,
-            extra_files=extra, generator=generator, mechanism=mechanism, guarantee=guarantee,
-            accounting=self._accounting(run, plan, accountant))
+            extra_files=extra, generator=generator, mechanism=mechanism, accountant=accountant, delta=run.delta, claims=claims)
 
     # ------------------------------------------------------------ pieces of run
     def _warnings(self, run, plan) -> list:
@@ -176,37 +181,6 @@ class Dpdfd(Method):
         if settings["student_data"] == "sources" and opts.epochs:  # per-image targets: epochs over the queried images
             settings["student_samples"] = opts.epochs * prior.num_bases
         return DpdfdConfig(**{**settings, **opts.engine})
-
-    def _check_spent(self, accountant, plan: dict, run, opts: DpdfdOptions) -> float:
-        """The accountant, fed by the mechanism that drew the noise, must agree with the plan (the in-run query generator's
-        DPDFD run is checked here too: it bypasses the pipeline, whose ``check_spent`` bounds every method's ε)."""
-        eps_spent = accountant.epsilon(delta=run.delta)
-        if accountant.count("normalised_gaussian_release") != opts.releases or not math.isclose(eps_spent, plan["epsilon"], rel_tol=1e-9, abs_tol=1e-12):
-            raise DpconvertError(f"internal error: the mechanism spent ε={eps_spent} but the plan said ε={plan['epsilon']}; nothing was written")
-        if run.eps is not None and eps_spent > run.eps * (1 + 1e-9):
-            raise DpconvertError(f"internal error: ε spent {eps_spent} exceeds the target {run.eps}; nothing was written")
-        return eps_spent
-
-    def _guarantee(self, run, plan: dict) -> dict:
-        return {
-            "epsilon": card_number(plan["epsilon"]), "delta": run.delta, "scope": "query", "adjacency": plan["adjacency"],
-            "record_level_epsilon": card_number(plan["record_level_epsilon"]), "replace_one_epsilon": card_number(plan["replace_one_epsilon"]),
-            "covers": list(COVERS_STUDENT),
-            "not_covered": NOT_COVERED + ([NOT_COVERED_PUBLIC_IMAGES] if run.public_data else []),
-        }
-
-    def _accounting(self, run, plan: dict, accountant) -> dict:
-        from dpconvert.accounting import library_versions
-
-        return {
-            "accountant": accountant.name,
-            "epsilons": {k: card_number(v) for k, v in accountant.epsilons(delta=run.delta).items() if k != "epsilon"},
-            "cross_check": {k: card_number(v) for k, v in (accountant.cross_check(delta=run.delta) if plan["sigma"] > 0 else {}).items()},
-            "libraries": library_versions(),
-            "calibrated": plan["calibrated"],
-            "target_epsilon": run.eps if plan["calibrated"] else None,
-            "state": accountant.state_dict(),
-        }
 
     def _mechanism_block(self, run, opts: DpdfdOptions, plan: dict, cfg, noise_info: dict, source: str, generator) -> dict:
         return {

@@ -20,7 +20,7 @@ from typing import ClassVar, Optional
 from dpconvert.errors import DpconvertError
 from dpconvert.option_fields import option
 
-from .base import COVERS_STUDENT, NOT_COVERED, Method, MethodOutput, noise_probe, register
+from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, noise_probe, register
 
 log = logging.getLogger("dpconvert")
 
@@ -95,7 +95,7 @@ class DpSgdMethod(Method):
     def run(self, ctx, opts: DpsgdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
 
-        from dpconvert.accounting import DpsgdAccountant, library_versions
+        from dpconvert.accounting import DpsgdAccountant
         from dpconvert.mechanisms.dp_sgd import DpSgd, train_on_private
 
         run = ctx.run
@@ -121,17 +121,12 @@ class DpSgdMethod(Method):
         on_step = (lambda s: s % every == 0 and on_progress({"kind": "steps", "done": every, "step": s, "steps": opts.steps})) if on_progress else None
         student, part, engine = train_on_private(ctx.private, student_name, spec, minibatch=opts.minibatch, make_sgd=make_sgd, named=named,
                                                  on_step=on_step)
-        eps_all = accountant.epsilons(delta=run.delta)  # within `eps`: the pipeline checks it (pipeline.check_spent)
         return MethodOutput(
             student=student.eval(), student_name=student_name, probe=noise_probe(spec, run),
-            rounds=[], warnings=list(ctx.noise.warnings),
-            guarantee={"epsilon": eps_all["epsilon"], "delta": run.delta, "scope": "record", "adjacency": accountant.adjacency,
-                       "record_level_epsilon": accountant.record_level_epsilon(delta=run.delta), "covers": COVERS_STUDENT,
-                       "not_covered": NOT_COVERED},
-            accounting={"accountant": accountant.name, "epsilons": {k: v for k, v in eps_all.items() if k != "epsilon"},
-                        "libraries": library_versions(), "calibrated": plan["calibrated"], "target_epsilon": run.eps, "state": accountant.state_dict(),
-                        "note": "Poisson-subsampled Gaussian steps (sensitivity C under add/remove) and one Gaussian count (sensitivity 1), "
-                                "composed by dp_accounting's PLD accountant (reported) and RDP accountant"},
+            rounds=[], warnings=list(ctx.noise.warnings), accountant=accountant, delta=run.delta,
+            claims=Claims(covers=COVERS_STUDENT, not_covered=NOT_COVERED, calibrated=plan["calibrated"], target_epsilon=run.eps,
+                          note="Poisson-subsampled Gaussian steps (sensitivity C under add/remove) and one Gaussian count (sensitivity 1), "
+                               "composed by dp_accounting's PLD accountant (reported) and RDP accountant"),
             mechanism={"method": "dp-sgd", "sigma": plan["sigma"], "clip": opts.clip, "sampling_rate": opts.sampling_rate,
                        "steps": accountant.count("subsampled_gaussian"), "count_sigma": opts.count_sigma,
                        "sampling": "Poisson (each record joins each lot independently with probability q)",

@@ -19,7 +19,7 @@ from dpconvert.profiling import phase
 
 from dpconvert.accounting.statements import COVERS_STUDENT_AND_LABELS
 
-from .base import NOT_COVERED, Method, MethodOutput, register
+from .base import NOT_COVERED, Claims, Method, MethodOutput, register
 from .dpdfd_options import DpdfdOptions, check_generator_path
 from dpconvert.option_fields import changed_options
 
@@ -164,11 +164,10 @@ class PrivateKnn(Method):
         release.start(spec.num_classes, canaries, knn=opts.knn, on_chunk=votes, k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1,
                       threshold=opts.threshold_value, sigma2=plan["sigma2"], accountant=accountant, noise=ctx.noise, chunk=opts.chunk)
         student, student_name, first_phi, rounds = self._rounds(run, opts, spec, source, order, release, train_rng, on_progress)
-        eps_all = accountant.epsilons(delta=run.delta)  # within `eps`: the pipeline checks it (pipeline.check_spent)
-        audit = _canary_audit(student, canaries, run.delta, eps_all["epsilon"], warnings)
+        audit = _canary_audit(student, canaries, run.delta, accountant.epsilon(delta=run.delta), warnings)
         return MethodOutput(student=student, student_name=student_name, probe=source.x[: run.parity_inputs], rounds=rounds, warnings=warnings,
-                            audit=audit, extra_files=source.extra_files, guarantee=self._guarantee(run, source, accountant, eps_all),
-                            accounting=self._accounting(run, source, accountant, eps_all, plan),
+                            audit=audit, extra_files=source.extra_files, accountant=accountant, delta=run.delta,
+                            claims=self._claims(run, source, accountant, plan),
                             mechanism=self._mechanism_block(run, opts, source, accountant, plan, ctx.noise.card_fields, first_phi))
 
     # ------------------------------------------------------------ pieces of run
@@ -268,25 +267,12 @@ class PrivateKnn(Method):
                 on_progress(info)
         return student, student_name, first_phi, rounds
 
-    def _guarantee(self, run, source, accountant, eps_all) -> dict:
-        return {
-            "epsilon": eps_all["epsilon"], "delta": run.delta, "scope": accountant.scope, "adjacency": accountant.adjacency,
-            "record_level_epsilon": accountant.record_level_epsilon(delta=run.delta),
-            "covers": list(COVERS_STUDENT_AND_LABELS),
-            "not_covered": NOT_COVERED + [source.not_covered],
-        }
-
-    def _accounting(self, run, source, accountant, eps_all, plan) -> dict:
-        from dpconvert.accounting import library_versions
-
+    def _claims(self, run, source, accountant, plan) -> Claims:
         composed = source.cost is not None
-        return {
-            "accountant": accountant.name, "epsilons": {k: v for k, v in eps_all.items() if k != "epsilon"}, "libraries": library_versions(),
-            "calibrated": plan["calibrated"], "target_epsilon": run.eps, "state": accountant.state_dict(),
-            "note": "screening charged for every query; noisy argmax (independent Poisson subsample) only for answered queries; "
-                    "σ2 calibrated as if every query were answered"
-                    + (COMPOSITION_NOTE[accountant.name] if composed else ""),
-        }
+        return Claims(covers=list(COVERS_STUDENT_AND_LABELS), not_covered=NOT_COVERED + [source.not_covered], calibrated=plan["calibrated"],
+                      target_epsilon=run.eps,
+                      note="screening charged for every query; noisy argmax (independent Poisson subsample) only for answered queries; "
+                           "σ2 calibrated as if every query were answered" + (COMPOSITION_NOTE[accountant.name] if composed else ""))
 
     def _mechanism_block(self, run, opts: PknnOptions, source, accountant, plan, noise_info, first_phi) -> dict:
         features = (f"{getattr(first_phi, 'description', opts.features)} (round 1), then the previous round's student"

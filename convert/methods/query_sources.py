@@ -113,6 +113,7 @@ def _train(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     cost is exactly that run's accountant events, composed into the card like a saved generator's.
     """
     run = ctx.run
+    from dpconvert.accounting.card_blocks import check_spent
     from dpconvert.generators.saved import COST_MECHANISM_KEYS, GeneratorCost, sample_queries
 
     from .base import METHODS
@@ -130,7 +131,8 @@ def _train(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     from dpconvert.context import RunContext
 
     dpdfd = METHODS.get("dpdfd").run(RunContext.build(sub_run, teacher.spec, ctx.world), sub_opts, teacher, None, relay)
-    cost = GeneratorCost(dpdfd.accounting["state"], "query", teacher.sha256, dpdfd.guarantee["epsilon"], sub_run.delta,
+    spent = check_spent(dpdfd.accountant, delta=dpdfd.delta, target=sub_run.eps)  # the generator's run bypasses the pipeline's check
+    cost = GeneratorCost(dpdfd.accountant.state_dict(), "query", teacher.sha256, spent, dpdfd.delta,
                          {k: dpdfd.mechanism[k] for k in COST_MECHANISM_KEYS})
     info = {"file": None, "trained_in_this_run": True, "architecture": name, "teacher_sha256": teacher.sha256,
             "dpdfd_epsilon_at_its_delta": cost.card_epsilon, "its_delta": cost.card_delta, "samples": n, "dpdfd": dict(cost.mechanism)}
