@@ -40,7 +40,7 @@ def single(args) -> dict:
         res = convert(args.teacher, out=Path(d) / "student.onnx", eps=None if eps == float("inf") else eps, delta=args.delta,
                       no_privacy=eps == float("inf"), student=args.student, seed=args.seed, seeded_noise=True,
                       eval_data=args.eval_data, public_data=args.public_data, loader=LoadOptions(arch=args.arch) if args.arch else None,
-                      engine=json.loads(args.overrides or "{}"), **options)
+                      **options, **json.loads(args.overrides or "{}"))
         wall = time.perf_counter() - t0
     card = res.card.data
     times = {"teacher": 0.0, "student": 0.0, "generator": 0.0}
@@ -55,7 +55,7 @@ def single(args) -> dict:
         "per_image_epsilon": card["guarantee"].get("per_image_epsilon"), "public_images": card["mechanism"].get("public_images"),
         "releases": card["mechanism"]["releases"], "batch_size": card["mechanism"]["batch_size"],
         "student": card["model"]["architecture"], "query_source": card["mechanism"]["query_source"],
-        **{k: card["mechanism"]["config"][k] for k in ("distill_loss", "student_target", "lr_schedule", "student_epochs", "logit_adjust",
+        **{k: card["mechanism"]["config"][k] for k in ("distill_loss", "student_target", "student_epochs", "logit_adjust", "new_sources_per_release",
                                                        "student_data", "denoise", "student_samples")},
         **{k: card["utility"][k] for k in ("teacher_accuracy", "student_accuracy", "agreement", "evaluation_data")},
         "wall_seconds": round(wall, 1), "rows_per_second": round(rows / wall, 1),
@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("--public-data", help="unlabelled public images as the query source (labelled option, not data-free)")
     ap.add_argument("--public-targets", help="with --public-data: per-image (default) or rows")
     ap.add_argument("--prior-images", type=int, help="data-free per-image targets over this many fixed prior images")
-    ap.add_argument("--overrides", help="JSON dict of other DpdfdConfig fields")
+    ap.add_argument("--overrides", help="JSON dict of further DPDFD options, e.g. the Python-only new_sources_per_release, logit_adjust, student_lr")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--delta", type=float, help="δ (default: the product's, one over the released rows; the DPDFD paper reports 1e-5)")
     ap.add_argument("--json", help="append results to this JSON list file")

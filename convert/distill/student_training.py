@@ -64,12 +64,10 @@ class StudentTrainer:
         return y - y.mean(1, keepdim=True)
 
     def _row_loss(self, out: torch.Tensor, y: torch.Tensor, mech) -> torch.Tensor:
-        target = self.cfg.student_target
-        if target == "score":
+        if self.cfg.student_target == "score":
             return 0.5 * (out - out.mean(1, keepdim=True) - self.score_targets(y, mech)).pow(2).sum(1).mean()
-        if target == "centred":  # the same, shift-invariant: the noise's common shift is not fitted
-            return 0.5 * (out - out.mean(1, keepdim=True) - (y - y.mean(1, keepdim=True))).pow(2).sum(1).mean()
-        return 0.5 * (out - y).pow(2).sum(1).mean()  # Algorithm 1 line 11: L_S(s, y_s) = ½‖s − y_s‖² (its gradient at release is γ·g̃)
+        # the released y_s (Algorithm 1 line 11, L_S = ½‖s − y_s‖²) compared shift-invariantly: the noise's common shift is not fitted
+        return 0.5 * (out - out.mean(1, keepdim=True) - (y - y.mean(1, keepdim=True))).pow(2).sum(1).mean()
 
     def on_rows(self, x: torch.Tensor, y: torch.Tensor, render: Callable, mech, round_name: str, epochs: Optional[int] = None) -> float:
         """Every released pair, ``epochs`` passes (x: the inputs, or the prior's z that ``render`` turns into them)."""
@@ -81,8 +79,7 @@ class StudentTrainer:
         self.progress.phase(f"{round_name}: student", epochs * len(x), "rows")
         for _ in range(epochs):
             for idx, scale in self.world.minibatches(torch.randperm(len(x), generator=self.rng), cfg.minibatch):
-                if cfg.lr_schedule == "cosine":
-                    self._set_lr(cosine_lr(cfg.student_lr, n, steps))
+                self._set_lr(cosine_lr(cfg.student_lr, n, steps))
                 out = self.student.fit_forward(render(x[idx]))
                 total, n = total + self._step(self._row_loss(out, y[idx], mech), scale), n + 1
                 self.progress.advance(len(idx) * self.world.size)  # the whole minibatch (each rank trains on its part)

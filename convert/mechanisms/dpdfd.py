@@ -57,8 +57,6 @@ class Dpdfd:
         self.prior = prior.to(device) if prior is not None else None
         if self.generator is None and self.prior is None:
             raise ValueError("DPDFD needs a generator, a prior, or both")
-        if cfg.distill_loss != "ce" and cfg.student_target == "score":
-            raise ValueError("label decoding (the score target) assumes the CE release; use student_target 'paper' or 'centred'")
         if cfg.student_data == "sources" and (generator is not None or not hasattr(prior, "base_index")):
             raise ValueError("student_data 'sources' needs queries that are views of source images (public images) and no generator")
         if cfg.zero_head:

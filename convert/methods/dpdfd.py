@@ -50,13 +50,6 @@ class Dpdfd(Method):
             check_prior_name(opts.prior)
         if opts.save_generator:
             check_generator_path(opts.save_generator, out, opts.generator is not None, run.force)
-        from dpconvert.distill.config import DpdfdConfig
-        from dpconvert.mechanisms.output_gradients import DISTILL_LOSSES
-
-        DISTILL_LOSSES.get(opts.engine.get("distill_loss", opts.distill_loss))  # one-line error naming the choices
-        unknown = sorted(set(opts.engine) - set(DpdfdConfig.__dataclass_fields__))
-        if unknown:
-            raise DpconvertError(f"unknown DPDFD engine setting {unknown[0]!r}")
 
     def plan(self, run, opts: DpdfdOptions, spec, queries: Optional[int] = None) -> dict:
         from dpconvert.accounting.planning import plan_dpdfd
@@ -175,12 +168,16 @@ class Dpdfd(Method):
         settings = dict(releases=opts.releases, batch_size=plan["batch_size"], sigma=plan["sigma"], clip=opts.clip,
                         prior_pool=opts.prior_pool, student_epochs=plan["student_epochs"], seed=run.seed,
                         distill_loss=opts.distill_loss, prior_fraction=1.0 if generator is None else 0.5,
-                        minibatch=default_minibatch(teacher_spec), student_lr=default_student_lr(teacher_spec), lr_schedule="cosine", logit_adjust=True,
+                        minibatch=default_minibatch(teacher_spec), student_lr=opts.student_lr or default_student_lr(teacher_spec),
+                        logit_adjust=opts.logit_adjust, new_sources_per_release=opts.new_sources_per_release,
                         student_data=PUBLIC_TARGETS[public_targets(run, opts, teacher_spec)],
                         amp=DEVICE_DEFAULTS[device_kind(run.device)].amp if opts.amp is None else (None if opts.amp == "off" else opts.amp))
+        if opts.new_sources_per_release and settings["student_data"] != "sources":  # before any release
+            raise DpconvertError("`new_sources_per_release` picks the images of per-image targets: give `public_data` or `prior_images`, "
+                                 "or drop it")
         if settings["student_data"] == "sources" and opts.epochs:  # per-image targets: epochs over the queried images
             settings["student_samples"] = opts.epochs * prior.num_bases
-        return DpdfdConfig(**{**settings, **opts.engine})
+        return DpdfdConfig(**settings)
 
     def _mechanism_block(self, run, opts: DpdfdOptions, plan: dict, cfg, noise_info: dict, source: str, generator) -> dict:
         return {

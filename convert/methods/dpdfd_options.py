@@ -68,7 +68,13 @@ class DpdfdOptions:
     # runs whose cost is reused elsewhere, e.g. Private-kNN's query generator)
     accounting: str = option("per-answer", help="per-answer (the engine never answers an input twice, so the query-level ε is one release's "
                              "for any `releases`) or composed (the releases compose).", choices=tuple(ACCOUNTING), plan=True)
-    engine: dict = option(default_factory=dict, help="Research: any other DpdfdConfig field (checked against it).", cli=False)
+    # Python only (benchmarks/RESULTS.md measured each; the CLI does not offer them)
+    student_lr: Optional[float] = option(None, help="Peak learning rate of the student's cosine schedule.",
+                                         default_text="4e-3 for inputs of ≤ 256 values, else 2e-3", cli=False)
+    logit_adjust: bool = option(True, help="Subtract the student's mean logits over the released queries from its head bias (post-processing; "
+                                "out of domain it measured 48.7 % against 36.0 % without).", cli=False)
+    new_sources_per_release: int = option(0, help="Per-image targets over several `releases`: each release queries views of this many new "
+                                           "images, those the student is least sure about (0: every image in every release).", cli=False)
 
     def __post_init__(self) -> None:
         if self.releases < 1:
@@ -83,6 +89,10 @@ class DpdfdOptions:
             raise DpconvertError("`prior_pool` must be >= 1")
         if self.prior_images is not None and self.prior_images < 0:
             raise DpconvertError("`prior_images` must be >= 0")
+        if self.student_lr is not None and not self.student_lr > 0:
+            raise DpconvertError("`student_lr` must be > 0")
+        if self.new_sources_per_release < 0:
+            raise DpconvertError("`new_sources_per_release` must be >= 0")
         check_choices(self)
 
 
