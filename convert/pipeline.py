@@ -63,7 +63,7 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
     signing_key = _signing_key(run.sign_key)  # an unreadable key fails now, not after the whole run
     name, reason = choose_method(run)
     if run.no_privacy and name != "dpdfd":
-        raise DpconvertError(f"`no_privacy` (a non-private comparison student) is a DPDFD setting; method {name} has no noise-free mode")
+        raise DpconvertError(f"`no_privacy` (a non-private comparison student) is a DPDFD setting (method {name} has no noise-free mode): drop it or use `method` dpdfd")
     method = METHODS.get(name)
     opts = method_options if isinstance(method_options, method.Options) else method.options(method_options)
     method.check(run, opts, out)

@@ -245,6 +245,42 @@ def test_errors_carry_the_parameter_to_fix(tmp_path):
     assert dpconvert.DpconvertError("no file", param="out").param == "out" and dpconvert.DpconvertError("a b c").param is None
 
 
+def _error_messages() -> list:
+    """(file:line, message text with each f-string field as X) of every ``raise DpconvertError(...)`` in the library."""
+    found = []
+    for folder in ("convert", "zoo_cards", "generators", "students"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if rel.parts[:2] == ("convert", "cli"):
+                continue
+            for n in ast.walk(ast.parse(path.read_text())):
+                if isinstance(n, ast.Raise) and isinstance(n.exc, ast.Call) and getattr(n.exc.func, "id", None) == "DpconvertError" and n.exc.args:
+                    if any(k.arg == "fix" for k in n.exc.keywords):
+                        continue  # an explicit fix
+                    arg = n.exc.args[0]
+                    if isinstance(arg, ast.Constant):
+                        found.append((f"{rel}:{n.lineno}", arg.value))
+                    elif isinstance(arg, ast.JoinedStr):
+                        found.append((f"{rel}:{n.lineno}", "".join(v.value if isinstance(v, ast.Constant) else "X" for v in arg.values)))
+    return found
+
+
+def test_errors_carry_the_fix():
+    """``DpconvertError.fix``: given, or the fix clause of a message written as "what is wrong; the fix" (or ": the
+    fix", an imperative), or a constraint that is its own fix. Every library error that names a parameter states its
+    fix that way (internal errors aside: there is nothing for the user to change)."""
+    from dpconvert.errors import DpconvertError, derive_fix
+
+    messages = _error_messages()
+    assert len(messages) > 150  # the scan found the library's errors
+    missing = [f"{where}: {text}" for where, text in messages if "`" in text and "internal error" not in text and derive_fix(text) is None]
+    assert missing == []
+    e = DpconvertError("x.onnx holds a pickled module; unpickling runs code. Save a state_dict instead, or pass `trust_pickle`")
+    assert e.param == "trust_pickle" and e.fix == "Save a state_dict instead, or pass `trust_pickle`"
+    assert DpconvertError("`epochs` must be >= 1").fix == "`epochs` must be >= 1"
+    assert DpconvertError("a.onnx: no such file").fix is None and DpconvertError("x", fix="give y").fix == "give y"
+
+
 def test_only_the_card_blocks_module_writes_a_guarantee_or_accounting_block():
     """Methods and ``synth`` hand over their accountant and their claims; every ε on a card, its accounting block and
     the check that ε spent is within the target are written once (``accounting/card_blocks.py``)."""

@@ -107,7 +107,7 @@ def load_trusted_keys(path: str | Path) -> dict:
     else:
         raise DpconvertError(f"`trusted_keys` {path}: no such file or directory; give a folder of *.pub keys")
     if not files:
-        raise DpconvertError(f"`trusted_keys` {path}: no *.pub keys in it")
+        raise DpconvertError(f"`trusted_keys` {path}: no *.pub keys in it; put the public keys you accept there")
     keys = {}
     for f in files:
         k = _load_public_key(f)

@@ -44,7 +44,7 @@ def check_output(path: str | Path, *, param: str = "out", force: bool = False, a
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise DpconvertError(f"cannot write `{param}` in {parent} ({_why(e)})") from None
+        raise DpconvertError(f"cannot write `{param}` in {parent} ({_why(e)}); choose a writable folder") from None
     return path
 
 

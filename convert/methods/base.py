@@ -58,9 +58,9 @@ class Method(ABC):
         unknown = sorted(set(values) - known)
         if unknown:
             owners = [m for m in METHODS if unknown[0] in option_names(METHODS.get(m).Options)]
-            hint = f"it is an option of {' and '.join(owners)}: choose `method` {owners[0]}" if owners else \
-                f"the options of {self.name} are {', '.join('`' + k + '`' for k in sorted(known))}"
-            raise DpconvertError(f"`{unknown[0]}` is not an option of method {self.name!r}; {hint}")
+            fix = f"choose `method` {owners[0]}" if owners else f"use one of its options: {', '.join('`' + k + '`' for k in sorted(known))}"
+            owned = f" (it is an option of {' and '.join(owners)})" if owners else ""
+            raise DpconvertError(f"`{unknown[0]}` is not an option of method {self.name!r}{owned}; {fix}", fix=fix)
         return from_flat(self.Options, values)[0]
 
     def check(self, run, opts) -> None:

@@ -54,7 +54,7 @@ class PrivateKnn(Method):
             raise DpconvertError("`query_generator` train/dpgan runs in one process only; train it once without torchrun (save it "
                                  "with `save_generator`) and pass the FILE")
         if opts.knn == "faiss":
-            raise DpconvertError("`knn` faiss runs in one process only; under torchrun the exact search is sharded (`knn` exact)")
+            raise DpconvertError("`knn` faiss runs in one process only: use `knn` exact under torchrun (its search is sharded)")
         if opts.canaries:
             raise DpconvertError("`canaries` runs in one process only; run the canary audit without torchrun")
 
@@ -75,19 +75,19 @@ class PrivateKnn(Method):
         if not run.private_data:
             raise DpconvertError("Private-kNN needs the private training data: give `private_data` PATH (labelled)")
         if run.noise_multiplier is not None:
-            raise DpconvertError("`noise_multiplier` is DPDFD's σ; Private-kNN calibrates σ2 to `eps` (or give `sigma2`)")
+            raise DpconvertError("`noise_multiplier` is DPDFD's σ: give `eps` (Private-kNN calibrates σ2 to it) or `sigma2`")
         if run.public_data and opts.query_generator:
             raise DpconvertError("give one query source: `public_data` PATH or `query_generator` (FILE, prior or train), not both")
         source = source_name(run, opts)
         if g.prior and source not in ("prior", "train"):
-            raise DpconvertError("`prior` picks the data-free query prior: with Private-kNN use it with `query_generator` prior or train")
+            raise DpconvertError("`prior` picks the data-free query prior: use it with `query_generator` prior or train (Private-kNN)")
         if g.prior:
             from .dpdfd import check_prior_name
 
             check_prior_name(g.prior)
         changed = [k for k, v in asdict(g).items() if v != getattr(default, k) and k not in ("prior", "save_generator")]
         if changed and source != "train":
-            raise DpconvertError(f"`{changed[0]}` is DPDFD's; with Private-kNN it configures only the generator trained with `query_generator` train")
+            raise DpconvertError(f"`{changed[0]}` is DPDFD's (with Private-kNN it configures the generator trained in the run): add `query_generator` train or drop it")
         if opts.generator_eps is not None and source not in ("train", "dpgan"):
             raise DpconvertError("`generator_eps` is the in-run generator's share of `eps`; use it with `query_generator` train or dpgan")
         gan_changed = changed_options(opts.gan)  # a critic's own options are checked by GanOptions itself
