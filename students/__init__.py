@@ -9,6 +9,7 @@ the classifier, used by the generator's activation term) and ``forward_head``.
 from __future__ import annotations
 
 from . import cnn as _cnn  # noqa: F401  (registers its architectures)
+from . import reduced as _reduced  # noqa: F401
 from . import scatternet as _scatternet  # noqa: F401
 from .factory import STUDENTS, create_student, default_student_name
 

@@ -13,11 +13,13 @@ STUDENTS: Registry = Registry("student architecture")  # each family's module re
 _SMALL_INPUT_PX = 32
 
 
-def default_student_name(spec: InputSpec) -> str:
-    """DataLens CNN for small inputs (the paper's choice), a small timm ResNet otherwise."""
+def default_student_name(spec: InputSpec, device: str = "cpu") -> str:
+    """DataLens CNN for small inputs (the paper's choice). Larger inputs: on a GPU a small timm ResNet; on a CPU the
+    DataLens CNN at ≤ 32 px behind an average-pool (``reduced_cnn``), because a ResNet-18 student at 224 px trains at
+    ~16 rows/s on 2 cores, hours for a default conversion (benchmarks/RESULTS.md, the ResNet-34 table)."""
     if max(spec.height, spec.width) <= _SMALL_INPUT_PX and min(spec.height, spec.width) >= 4:
         return "datalens_cnn"
-    return "timm:resnet18"
+    return "timm:resnet18" if str(device).startswith("cuda") else "reduced_cnn"
 
 
 def create_student(name: str, spec: InputSpec) -> nn.Module:

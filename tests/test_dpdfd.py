@@ -430,10 +430,14 @@ def test_device_defaults_and_bf16_autocast(tmp_path):
     assert default_batch_size(SPEC, "cuda") > default_batch_size(SPEC, "cpu")
     assert default_batch_size(big, "cuda:1") > default_batch_size(big, "cpu")
     assert default_epochs(big, "cpu") < default_epochs(big, "cuda")
+    from dpconvert.students import default_student_name
+
+    assert default_student_name(big, "cpu") == "reduced_cnn" and default_student_name(big, "cuda:0") == "timm:resnet18"
+    assert default_student_name(SPEC, "cpu") == default_student_name(SPEC, "cuda") == "datalens_cnn"
     r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", eps=1, batch_size=3000, epochs=1, amp="bf16")
     card = json.loads(r.card_json.read_text())
     assert card["mechanism"]["config"]["amp"] == "bf16"
-    assert card["mechanism"]["device_defaults"] == {"device": "cpu", "batch_size": False, "epochs": False, "amp": False}
+    assert card["mechanism"]["device_defaults"] == {"device": "cpu", "batch_size": False, "epochs": False, "student": True, "amp": False}
     assert [m.passed for m in dpconvert.audit([str(r.out)])] == [True]
 
     torch.manual_seed(0)

@@ -140,9 +140,10 @@ class ProgressReporter:
                 f", {info['seconds']:.0f} s" if self.show_time else "")
             self._advance(info["asked"] - info["answered"], line)
         elif kind == "estimate":
-            self._print(f"estimated on this machine (timed on {info['probe']} queries): teacher "
-                        f"{_duration(info['teacher_seconds'])}, student {_duration(info['student_seconds'])}, in all "
-                        f"{_duration(info['teacher_seconds'] + info['student_seconds'])}; --batch-size and --epochs trade time for accuracy")
+            total = info.get("queries_seconds", 0.0) + info["teacher_seconds"] + info["student_seconds"]
+            self._print(f"estimated on this machine (timed on {info['probe']} queries): queries {_duration(info.get('queries_seconds', 0.0))}, "
+                        f"teacher {_duration(info['teacher_seconds'])}, student {_duration(info['student_seconds'])}, in all {_duration(total)}; "
+                        "--batch-size and --epochs trade time for accuracy")
         elif kind == "query_generator":  # Private-kNN's in-run DP-critic GAN, before its plan
             self._print(f"query generator (ε share {info['epsilon_share']:g} at δ/2): {info['stage']}, step {info['releases']}/{info['total']}")
 

@@ -330,7 +330,10 @@ class Dpdfd:
         import copy
 
         cfg, n = self.cfg, min(probe, self.chunk)
+        self.probe_inputs(2)  # warm-up
+        t0 = time.perf_counter()
         x = self.probe_inputs(n)
+        render = (time.perf_counter() - t0) / n  # drawing a query input: once per released row, and per student sample re-rendered from z
         with torch.inference_mode(), self.model.autocast():
             self.teacher(x[:2])  # warm-up: lazy initialisation is not throughput
             t0 = time.perf_counter()
@@ -342,7 +345,8 @@ class Dpdfd:
         twin(x).sum().backward()
         student = (time.perf_counter() - t0) / n
         rows, per_row = cfg.batch_size * cfg.releases, (self.prior.nz if self.store_z else x[0].numel())
-        return {"kind": "estimate", "probe": n, "teacher_seconds": rows * teacher / self.world.size,
+        student += render if self.store_z and cfg.student_data == "rows" else 0.0
+        return {"kind": "estimate", "probe": n, "queries_seconds": rows * render, "teacher_seconds": rows * teacher / self.world.size,
                 "student_seconds": self._planned_student_samples() * student / self.world.size,
                 "kept_bytes": 4 * per_row * (rows if cfg.student_data == "rows" else 0), "kept_as": "z" if self.store_z else "images"}
 

@@ -132,7 +132,7 @@ class Dpdfd(Method):
         from dpconvert.generators import PRIORS, create_generator, default_prior_name
         from dpconvert.students import create_student, default_student_name
 
-        student_name = run.student or default_student_name(spec)
+        student_name = run.student or default_student_name(spec, run.device)
         student = create_student(student_name, spec)
         if run.public_data:  # explicit, labelled option: queries from public images instead of the random-field prior
             import torch
@@ -191,6 +191,7 @@ class Dpdfd(Method):
                             + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
             "config": cfg.to_dict(),
             "device_defaults": {"device": device_kind(run.device), "batch_size": opts.batch_size is None, "epochs": opts.epochs is None,
+                                "student": run.student is None,
                                 "amp": opts.amp is None},  # which settings came from DEVICE_DEFAULTS for this device
         }
 

@@ -100,18 +100,19 @@ class DpdfdOptions:
 class DeviceDefaults:
     """What DPDFD picks for what the user left out, by the kind of device the run is on (the card records it)."""
 
-    batch_sizes: tuple  # rows per release for inputs of ≤ 256, ≤ 1 024 and more values
-    large_input_epochs: int  # student epochs above 3×32×32 (an ImageNet-sized student costs ~1 000× a small CNN per row)
+    batch_sizes: tuple  # (most input values C·H·W, rows per release) by size, the last for every larger input
+    large_input_epochs: int  # student epochs above 3×32×32 (each epoch re-renders every released input at full size)
     amp: Optional[str]  # "bf16": teacher and student forward under bf16 autocast (normalisation and noise stay fp32)
 
 
 DEVICE_DEFAULTS = {
-    # sized so a conversion fits a few minutes on 2 CPU cores (benchmarks/RESULTS.md); at 3×224×224 a resnet18 student
-    # trains at ~16 rows/s there, so 2 epochs over 32 768 rows already take ~70 min (the run says so up front)
-    "cpu": DeviceDefaults((300_000, 100_000, 32_768), 2, None),
+    # sized so a conversion fits a few minutes on 2 CPU cores (benchmarks/RESULTS.md). Above 3×32×32 the teacher's
+    # forward pass is the cost: a 224-px ResNet-34 answers ~35 rows/s on 2 cores, so 16 384 rows fit the 15-minute budget
+    # of a default conversion with the reduced-resolution student (students/reduced.py; the ResNet-34 table)
+    "cpu": DeviceDefaults(((256, 300_000), (1024, 100_000), (3 * 64 * 64, 32_768), (math.inf, 16_384)), 2, None),
     # a GPU answers ~20× the rows in the time: Fashion-MNIST on an H200, B = 2M gave 63.1 % in 85 s against 51.8 % at
     # B = 100k in 13 s (fp32); bf16 autocast is the usual inference/training precision on recent GPUs
-    "cuda": DeviceDefaults((2_000_000, 2_000_000, 262_144), 8, "bf16"),
+    "cuda": DeviceDefaults(((256, 2_000_000), (1024, 2_000_000), (math.inf, 262_144)), 8, "bf16"),
 }
 
 
@@ -163,9 +164,8 @@ def device_kind(device: str) -> str:
 
 def default_batch_size(spec, device: str = "cpu") -> int:
     """Rows per release: ε does not depend on it; the student's signal-to-noise grows with √B."""
-    pixels = spec.channels * spec.height * spec.width
-    sizes = DEVICE_DEFAULTS[device_kind(device)].batch_sizes
-    return sizes[0] if pixels <= 256 else sizes[1] if pixels <= 1024 else sizes[2]
+    values = spec.channels * spec.height * spec.width
+    return next(rows for most, rows in DEVICE_DEFAULTS[device_kind(device)].batch_sizes if values <= most)
 
 
 def default_epochs(spec, device: str = "cpu") -> int:

@@ -61,10 +61,10 @@ class DpsgdOptions:
         return self.epochs * int(1 / self.sampling_rate)
 
 
-def default_student(spec) -> str:
+def default_student(spec, device: str = "cpu") -> str:
     from dpconvert.students import default_student_name
 
-    return "scatternet_linear" if max(spec.height, spec.width) <= SCATTER_MAX_PX else default_student_name(spec)
+    return "scatternet_linear" if max(spec.height, spec.width) <= SCATTER_MAX_PX else default_student_name(spec, device)
 
 
 @register
@@ -110,7 +110,7 @@ class DpSgdMethod(Method):
                 on_progress({"kind": "phase", "name": name, "total": total, "unit": unit})
 
         torch.manual_seed(run.seed)
-        student_name = run.student or default_student(spec)
+        student_name = run.student or default_student(spec, run.device)
         accountant = DpsgdAccountant()
 
         def make_sgd(trainable):  # lots and noise from the run's noise stream (mechanisms/noise.py)

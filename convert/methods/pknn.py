@@ -248,7 +248,7 @@ class PrivateKnn(Method):
         from dpconvert.students import create_student, default_student_name
 
         first_phi = create_features(opts.features, spec, source.x)
-        student_name = run.student or default_student_name(spec)
+        student_name = run.student or default_student_name(spec, run.device)
         xs, ys, rounds, student, mech = [], [], [], None, release.mech
         for r, idx in enumerate(order.tensor_split(opts.rounds), 1):
             t0 = time.perf_counter()
