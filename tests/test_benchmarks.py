@@ -30,3 +30,12 @@ def test_run_dpdfd_smoke(tmp_path):
 def test_digits_default_smoke(tmp_path):
     rows = _run([ROOT / "benchmarks/digits_default.py", "--batch-size", "3000", "--epochs", "1", "--seeds", "0"], tmp_path)
     assert rows and all("accuracy" in json.dumps(r) for r in rows)
+
+
+@pytest.mark.slow
+def test_resnet34_methods_smoke(tmp_path):
+    """The script behind RESULTS' ResNet-34 table, on the built-in teacher and the digits (each run is the CLI)."""
+    rows = _run([ROOT / "benchmarks/resnet34_methods.py", "--teacher", "builtin:digits", "--private", "builtin:digits:train", "--public",
+                 "builtin:digits", "--evaluation", "builtin:digits", "--runs", "dpsgd,pknn", "--eps", "8", "--extra", "--epochs 1"], tmp_path)
+    assert [r["method"] for r in rows] == ["dp-sgd", "private-knn"] and all(r["epsilon"] <= 8 + 1e-9 and r["peak_rss_mib"] > 0 for r in rows)
+    assert rows[0]["command"].startswith("dpconvert builtin:digits --eps 8")
