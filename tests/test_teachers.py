@@ -28,6 +28,24 @@ def test_state_dict_sources_match_original(models, name):
     assert _max_diff(t, models["resnet"], models["x"]) < 1e-5
 
 
+def test_a_safetensors_teacher_that_names_its_timm_arch_and_input_loads_with_no_flag(models):
+    """The file says everything (`dpconvert.arch` timm:NAME and `dpconvert.input_spec` in its metadata, as
+    benchmarks/train_fmnist_teachers.py writes them): no flag is needed, and the file's input spec is the one used."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from dpconvert.io.spec import InputSpec
+
+    path = models["dir"] / "self_described.safetensors"
+    spec = InputSpec(1, 28, 28, 10, mean=(0.286,), std=(0.353,))
+    save_file({k: v.contiguous() for k, v in models["resnet"].state_dict().items()}, str(path),
+              metadata={"dpconvert.arch": "timm:resnet18", "dpconvert.input_spec": json.dumps(spec.to_dict())})
+    t = load_teacher(str(path), LoadOptions())
+    assert t.arch == "timm:resnet18" and t.spec == spec
+    assert _max_diff(t, models["resnet"], models["x"]) < 1e-5
+
+
 def test_timm_name_with_local_weights_offline(models):
     from safetensors.torch import save_file
 

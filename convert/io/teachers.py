@@ -490,11 +490,12 @@ def _from_state_dict(state: dict, arch: Optional[str], base: Optional[InputSpec]
         arch = _recognised_arch(state, source)
         notes.append(f"architecture {arch} recognised from the checkpoint's keys and shapes (give `arch` to choose another)")
     known = base is not None
-    if arch.startswith("timm:") and base is None:
-        base, known = _timm_base(arch[5:], state)
-        if known and opts.mean is None:
-            notes.append(f"input normalisation taken from timm's {arch[5:]} config (mean {list(base.mean)}, std {list(base.std)}); "
-                         "pass `mean`/`std` if the model was trained with other values")
+    if arch.startswith("timm:"):
+        if base is None:  # nothing in the file says the input: timm's config for the architecture does
+            base, known = _timm_base(arch[5:], state)
+            if known and opts.mean is None:
+                notes.append(f"input normalisation taken from timm's {arch[5:]} config (mean {list(base.mean)}, std {list(base.std)}); "
+                             "pass `mean`/`std` if the model was trained with other values")
     elif arch not in STUDENTS:
         raise DpconvertError(STUDENTS.unknown_message(arch) + " Or use `arch` timm:NAME")
     spec = _spec_from(base, opts, source)
