@@ -64,6 +64,10 @@ def _filter_bank(J: int, L: int) -> tuple[list[torch.Tensor], torch.Tensor]:
 class ScatterNet(nn.Module):
     """Second-order 2-D scattering (J scales, L orientations) of each input channel, as fixed convolutions."""
 
+    @staticmethod
+    def channels_per_input(J: int, L: int = 8) -> int:
+        return 1 + J * L + L * L * J * (J - 1) // 2
+
     def __init__(self, channels: int, J: int = 2, L: int = 8) -> None:
         super().__init__()
         self.channels, self.J, self.L = channels, J, L
@@ -71,7 +75,7 @@ class ScatterNet(nn.Module):
         for j, w in enumerate(psi):
             self.register_buffer(f"psi{j}", w)
         self.register_buffer("phi", phi)
-        self.out_channels = channels * (1 + J * L + L * L * J * (J - 1) // 2)
+        self.out_channels = channels * self.channels_per_input(J, L)
 
     def _wavelet(self, x: torch.Tensor, j: int) -> torch.Tensor:
         """|x ⋆ ψ_{j,θ}| for every θ: (m, 1, H, W) → (m, L, H, W)."""
@@ -135,6 +139,12 @@ def scatternet_linear(spec: InputSpec) -> nn.Module:
 @STUDENTS.register("scatternet_cnn")
 def scatternet_cnn(spec: InputSpec) -> nn.Module:
     return ScatterStudent(spec, head="cnn", J=_scales(spec))
+
+
+def fixed_feature_count(spec: InputSpec) -> int:
+    """Scattering coefficients per record (what a ScatterNet student keeps for every private record)."""
+    J = _scales(spec)
+    return ScatterNet.channels_per_input(J) * spec.channels * (spec.height // 2**J) * (spec.width // 2**J)
 
 
 def _scales(spec: InputSpec) -> int:

@@ -22,7 +22,8 @@ METHOD_ORDER = ("dpdfd", "pknn", "dpsgd", "adlm")
 def choose_method(run) -> tuple[str, str]:
     """(method, why) for ``auto``, from what was given and the benchmark table (benchmarks/RESULTS.md).
 
-    Private data (with or without public queries): DP-SGD on ScatterNet features up to 64 px, end to end above
+    Private data (with or without public queries): DP-SGD on ScatterNet features when they are small enough to keep per record
+    (``dpsgd.SCATTER_MAX_FEATURES``), end to end above
     (Fashion-MNIST, record-level ε = 1: 88.6 % against Private-kNN's 82.2 % on the same private data plus 5 000 public
     queries), so bringing public images never lowers accuracy; ``method`` pknn uses them. No private data: DPDFD.
     """
@@ -32,8 +33,8 @@ def choose_method(run) -> tuple[str, str]:
                              "ε = 1: 88.6 % against 82.2 % for Private-kNN labelling the public queries); the public queries are not "
                              "used: `method` pknn uses them")
         if run.private_data:
-            return "dpsgd", (f"private data given, no public queries: record-level DP-SGD on the private labels (ScatterNet features up to "
-                             f"{dpsgd.SCATTER_MAX_PX} px: the best measured method, 88 % vs Private-kNN's 82 % on Fashion-MNIST at ε = 1)")
+            return "dpsgd", ("private data given, no public queries: record-level DP-SGD on the private labels (the best measured method, "
+                             "88 % vs Private-kNN's 82 % on Fashion-MNIST at ε = 1)")
         if run.public_data:
             return "dpdfd", "no private data: DPDFD (query-level) on augmented public-image queries (not data-free)"
         return "dpdfd", "no private data: data-free DPDFD (query-level)"

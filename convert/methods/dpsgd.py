@@ -24,7 +24,10 @@ from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, noi
 
 log = logging.getLogger("dpconvert")
 
-SCATTER_MAX_PX = 64  # above this the scattering coefficients outgrow a linear head; the default student is then trained end to end
+# The ScatterNet student keeps every private record's fixed scattering coefficients in memory: above this many per record
+# (Fashion-MNIST, 1×28×28: 3 969; 3×32×32: 15 552) the default student is trained end to end instead. A 3×64×64 teacher
+# (62 208 per record, 15 GB for 60 000 records) was killed for memory on a 24 GB machine (benchmarks/RESULTS.md, table 13)
+SCATTER_MAX_FEATURES = 16_384
 TEACHER_NOT_USED = "not queried: DP-SGD learns from the private records' own labels (a teacher trained on them would leak through its answers)"
 
 
@@ -64,7 +67,9 @@ class DpsgdOptions:
 def default_student(spec, device: str = "cpu") -> str:
     from dpconvert.students import default_student_name
 
-    return "scatternet_linear" if max(spec.height, spec.width) <= SCATTER_MAX_PX else default_student_name(spec, device)
+    from dpconvert.students.scatternet import fixed_feature_count
+
+    return "scatternet_linear" if fixed_feature_count(spec) <= SCATTER_MAX_FEATURES else default_student_name(spec, device)
 
 
 @register
