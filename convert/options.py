@@ -50,7 +50,7 @@ class RunOptions:
                                                "computed.", plan=True)
     seed: int = option(0, help="Seed for everything but the DP noise (queries, student, training order); the noise is secret unless "
                        "`seeded_noise`.")
-    device: str = option("cpu", help="cpu, cuda or auto.", panel=TEACHER)
+    device: str = option("cpu", help="cpu, cuda or auto (the command line's flag is the teacher's: `LoadOptions.device`).", cli=False)
     student: Optional[str] = option(None, help="Student architecture: a registered name or timm:NAME.", default_text="from the input size",
                                     panel=OUTPUT)
     eval_data: Optional[str] = option(None, help="Labelled data to report accuracy on (not covered by the guarantee).", panel=DATA)

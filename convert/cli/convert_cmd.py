@@ -38,7 +38,7 @@ def _convert_params() -> list:
               own("show_timings", type=bool, default=False, panel=OUTPUT,
                   help="With private data, show the time per phase and the elapsed time anyway: they grow with the private set's size, so "
                        "keep such output out of public logs. Never written to the card."),
-              *params_of(RunOptions, skip=frozenset({"device"})),  # `device` is the Teacher panel's (LoadOptions), passed to both
+              *params_of(RunOptions),  # `device` is declared as a flag once, on LoadOptions (the Teacher panel), and passed to both
               *params_of(*METHOD_OPTIONS)]
     retitled(params, "method", help=method_help() + " Record-level methods need `private_data`.")
     return params
