@@ -9,7 +9,6 @@ model still takes the teacher's input size: a user calls it exactly like the tea
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 from torch import nn
@@ -18,6 +17,7 @@ from dpconvert.io.spec import InputSpec
 
 from .cnn import SmallCNN
 from .factory import STUDENTS
+from .scatternet import reduction_factor
 
 REDUCED_PX = 32  # the resolution the inner CNN sees (at most): the DataLens student's input size
 
@@ -27,7 +27,7 @@ class ReducedResolution(nn.Module):
 
     def __init__(self, spec: InputSpec, make_inner, target_px: int = REDUCED_PX) -> None:
         super().__init__()
-        self.factor = max(1, math.ceil(max(spec.height, spec.width) / target_px))
+        self.factor = reduction_factor(spec, target_px)
         self.pool = nn.AvgPool2d(self.factor) if self.factor > 1 else nn.Identity()
         inner_spec = dataclasses.replace(spec, height=spec.height // self.factor, width=spec.width // self.factor)
         self.inner = make_inner(inner_spec)

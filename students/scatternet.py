@@ -16,6 +16,7 @@ each low-passed output subsampled by 2^J: 1 + J·L + L²·J(J−1)/2 channels pe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -105,10 +106,13 @@ class ScatterStudent(nn.Module):
     """ScatterNet → GroupNorm (per example, no parameters) → head. ``fixed_features`` marks the part without weights:
     the DP-SGD method computes it once per record and trains ``head`` alone."""
 
-    def __init__(self, spec: InputSpec, head: str = "linear", J: int = 2, groups_per_channel: int = 27) -> None:
+    def __init__(self, spec: InputSpec, head: str = "linear", J: int = 2, groups_per_channel: int = 27, pre_pool: int = 1) -> None:
         super().__init__()
-        self.fixed_features = ScatterNet(spec.channels, J=J)
-        c = self.fixed_features.out_channels
+        # ``pre_pool`` > 1: an average pool by that integer factor first, also without weights (a large teacher's input
+        # scattered at ≤ 32 px: ``reduced_scatternet_linear``); the exported model still takes the teacher's input size
+        scatter = ScatterNet(spec.channels, J=J)
+        self.fixed_features = nn.Sequential(nn.AvgPool2d(pre_pool), scatter) if pre_pool > 1 else scatter
+        c = scatter.out_channels
         with torch.no_grad():
             h, w = self.fixed_features(torch.zeros(1, *spec.shape)).shape[2:]
         groups = math.gcd(c, groups_per_channel * spec.channels)
@@ -141,10 +145,29 @@ def scatternet_cnn(spec: InputSpec) -> nn.Module:
     return ScatterStudent(spec, head="cnn", J=_scales(spec))
 
 
-def fixed_feature_count(spec: InputSpec) -> int:
-    """Scattering coefficients per record (what a ScatterNet student keeps for every private record)."""
+@STUDENTS.register("reduced_scatternet_linear")
+def reduced_scatternet_linear(spec: InputSpec) -> nn.Module:
+    """``scatternet_linear`` on the input average-pooled by an integer factor to ≤ 32 px (a large teacher's DP-SGD
+    student on a CPU: the coefficients every private record keeps stay within ``dpsgd.SCATTER_MAX_FEATURES``)."""
+    factor = reduction_factor(spec)
+    return ScatterStudent(spec, head="linear", J=_scales(_pooled(spec, factor)), pre_pool=factor)
+
+
+def reduction_factor(spec: InputSpec, target_px: int = 32) -> int:
+    """⌈max(H, W) / target_px⌉: the integer average-pool factor that brings the input to at most ``target_px``."""
+    return max(1, math.ceil(max(spec.height, spec.width) / target_px))
+
+
+def _pooled(spec: InputSpec, factor: int) -> InputSpec:
+    return dataclasses.replace(spec, height=spec.height // factor, width=spec.width // factor)
+
+
+def fixed_feature_count(spec: InputSpec, pre_pool: int = 1) -> int:
+    """Scattering coefficients per record (what a ScatterNet student keeps for every private record), after an optional
+    average pool by ``pre_pool``."""
+    spec = _pooled(spec, pre_pool)
     J = _scales(spec)
-    return ScatterNet.channels_per_input(J) * spec.channels * (spec.height // 2**J) * (spec.width // 2**J)
+    return ScatterNet.channels_per_input(J) * spec.channels * -(-spec.height // 2**J) * -(-spec.width // 2**J)  # ⌈·⌉: as subsampled
 
 
 def _scales(spec: InputSpec) -> int:

@@ -174,18 +174,24 @@ def test_dpsgd_takes_the_one_name_for_the_noise_level(tmp_path):
 
 def test_the_scatternet_default_is_bounded_by_the_features_it_keeps_per_record():
     """DP-SGD's ScatterNet student keeps every private record's scattering coefficients in memory; a teacher whose
-    records would need more than SCATTER_MAX_FEATURES each gets the end-to-end default student (a 3×64×64 teacher's
-    60 000 records, 62 208 coefficients each, were killed for memory on 24 GB)."""
+    records would need more than SCATTER_MAX_FEATURES each (a 3×64×64 teacher's 60 000 records, 62 208 coefficients
+    each, were killed for memory on 24 GB) gets the ScatterNet on its input average-pooled to ≤ 32 px, which keeps
+    what a 3×32×32 record keeps; the count the bound is checked with is the count the student computes."""
     from dpconvert.io.spec import InputSpec
     from dpconvert.methods.dpsgd import SCATTER_MAX_FEATURES, default_student
-    from dpconvert.students.scatternet import fixed_feature_count, scatternet_linear
+    from dpconvert.students import create_student
+    from dpconvert.students.scatternet import fixed_feature_count, reduction_factor
 
-    for shape, expected in [((1, 28, 28), "scatternet_linear"), ((3, 32, 32), "scatternet_linear"), ((3, 64, 64), "reduced_cnn"),
-                            ((3, 224, 224), "reduced_cnn")]:
+    for shape, expected in [((1, 28, 28), "scatternet_linear"), ((3, 32, 32), "scatternet_linear"),
+                            ((3, 64, 64), "reduced_scatternet_linear"), ((3, 224, 224), "reduced_scatternet_linear"),
+                            ((3, 100, 60), "reduced_scatternet_linear")]:
         spec = InputSpec(*shape, 10)
         assert default_student(spec, "cpu") == expected, shape
         assert (fixed_feature_count(spec) <= SCATTER_MAX_FEATURES) == (expected == "scatternet_linear")
-    spec = InputSpec(1, 28, 28, 10)
-    student = scatternet_linear(spec)
-    with torch.no_grad():
-        assert student.fixed_features(torch.rand(2, *spec.shape)).flatten(1).shape[1] == fixed_feature_count(spec) == 3969
+        student = create_student(expected, spec)
+        with torch.no_grad():
+            kept = student.fixed_features(torch.rand(2, *spec.shape)).flatten(1).shape[1]
+            assert student(torch.rand(2, *spec.shape)).shape == (2, 10)  # the model takes the teacher's input size
+        pool = reduction_factor(spec) if expected.startswith("reduced") else 1
+        assert kept == fixed_feature_count(spec, pool) <= SCATTER_MAX_FEATURES, shape
+    assert fixed_feature_count(InputSpec(1, 28, 28, 10)) == 3969

@@ -67,9 +67,13 @@ class DpsgdOptions:
 def default_student(spec, device: str = "cpu") -> str:
     from dpconvert.students import default_student_name
 
-    from dpconvert.students.scatternet import fixed_feature_count
+    from dpconvert.students.scatternet import fixed_feature_count, reduction_factor
 
-    return "scatternet_linear" if fixed_feature_count(spec) <= SCATTER_MAX_FEATURES else default_student_name(spec, device)
+    if fixed_feature_count(spec) <= SCATTER_MAX_FEATURES:
+        return "scatternet_linear"
+    if fixed_feature_count(spec, reduction_factor(spec)) <= SCATTER_MAX_FEATURES:  # a large input, scattered at ≤ 32 px
+        return "reduced_scatternet_linear"
+    return default_student_name(spec, device)
 
 
 @register
