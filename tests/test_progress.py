@@ -52,3 +52,25 @@ def test_no_time_is_shown_when_the_run_reads_private_data(monkeypatch):
     with_time = _render(monkeypatch, 120, tty=True)
     without = _render(monkeypatch, 120, tty=True, show_time=False)
     assert re.search(r"\d:\d\d", with_time) and not re.search(r"\d:\d\d", without)
+
+
+def test_a_warning_logged_while_the_bars_are_up_is_printed_whole_and_wrapped(monkeypatch):
+    """A log line during a live display goes through the display's console: above the bars, wrapped at the width,
+    every word kept (written beside the display, a long warning was cut at the terminal's edge)."""
+    import logging
+
+    from dpconvert.cli.console import setup_logging
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, force_terminal=True, color_system=None, highlight=False)
+    monkeypatch.setattr("dpconvert.cli.console.is_tty", lambda: True)
+    setup_logging()
+    reporter = render.ProgressReporter(console, True)
+    reporter.tick(EVENTS[0])
+    words = [f"word{i}" for i in range(40)]  # ~300 characters: four lines at 80 columns
+    logging.getLogger("dpconvert").warning("warning: " + " ".join(words))
+    reporter.tick(EVENTS[1])
+    reporter.close()
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", buf.getvalue())
+    lines = [line for line in re.split(r"[\r\n]", text) if "word" in line]
+    assert all(w in text for w in words) and all(len(line) <= 80 for line in lines) and len(lines) >= 4

@@ -13,12 +13,24 @@ out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
 err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
 
 
+# The console a live progress display is drawing on (``render.ProgressReporter``), while it is up: log lines go through
+# it so that they are printed above the bars and wrapped at the terminal's width (written to stderr beside the live
+# display, a long line was cut at the edge instead).
+_live_console = None
+
+
+def set_live_console(console) -> None:
+    global _live_console
+    _live_console = console
+
+
 class _ConsoleHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         from .flags import as_flags
 
         style = {"WARNING": "yellow", "ERROR": "red"}.get(record.levelname, "dim")
-        err.print(as_flags(record.getMessage()), style=style, markup=False)
+        target = _live_console if _live_console is not None else err
+        target.print(as_flags(record.getMessage()), style=style, markup=False, soft_wrap=False)
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.text import Text
 
-from .console import out
+from .console import out, set_live_console
 from dpconvert.auditing.report import display_path
 
 from .flags import as_flags
@@ -25,6 +25,8 @@ def print_plan(result: dict, to=None) -> None:
     elif result["method"] == "dpdfd":
         sig = f"{result['sigma']:.4f}" + (" (calibrated)" if result["calibrated"] else "")
         rows = [("noise multiplier σ", sig), ("noisy releases T", str(result["steps"])), ("batch size B", str(result["batch_size"]))]
+        if "teachers" in result:  # several teachers on disjoint partitions
+            rows.append(("teachers n (disjoint partitions)", str(result["teachers"])))
     else:
         sig = f"{result['sigma2']:.4f}" + (" (calibrated)" if result["calibrated"] else "")
         rows = [("k", str(result["k"])), ("sampling rate γ", f"{result['sampling_rate']:g}"), ("σ1 (screening)", f"{result['sigma1']:g}"),
@@ -34,12 +36,14 @@ def print_plan(result: dict, to=None) -> None:
     rows.append(("ε reported", f"{result['epsilon']:.4f}"))
     if "replace_one_epsilon" in result:
         rows.append(("ε, replace-one answer", f"{result['replace_one_epsilon']:.4f}"))
-    if "record_level_epsilon" in result:
+    if "query_level_epsilon" in result:  # the headline is record-level: the per-answer bound beside it
+        rows.append(("ε, query level (per answer)", f"{result['query_level_epsilon']:.4f}"))
+    elif "record_level_epsilon" in result:
         rows.append(("ε, record-level worst case", f"{result['record_level_epsilon']:.4f}"))
     for r in rows:
         table.add_row(*r)
     to.print(table)
-    to.print(f"adjacency: {result['adjacency']}")
+    to.print(as_flags(f"adjacency: {result['adjacency']}"), markup=False)
     if result.get("method_choice"):
         to.print(as_flags(f"method {result['method']}: {result['method_choice']}"), markup=False)
 
@@ -89,6 +93,7 @@ class ProgressReporter:
                 columns.append(TimeRemainingColumn(compact=True))
             self.progress = Progress(*columns, console=self.console, transient=False, expand=True)
             self.progress.start()
+            set_live_console(self.progress.console)  # log lines print above the bars, wrapped
         if self.progress is not None:
             self.task = self.progress.add_task(name, total=self.total, count=self._count())
         else:
@@ -154,6 +159,7 @@ class ProgressReporter:
         self._finish()
         if self.progress is not None:
             self.progress.stop()
+            set_live_console(None)
 
 
 def _duration(seconds: float) -> str:
@@ -179,7 +185,8 @@ def print_summary(result, throughput: bool = False, show_timings: bool = False) 
         ("student", f"{result.out}  ({d['model']['architecture']}, {d['model']['num_params']:,} parameters)"),
         ("privacy card", f"{result.card_json}, {result.card_md}"),
         ("ε, δ (scope)", f"{g['epsilon'] if isinstance(g['epsilon'], str) else round(g['epsilon'], 4)}, {g['delta']:g} ({g['scope']})"),
-        ("record-level worst case ε", str(g["record_level_epsilon"] if isinstance(g["record_level_epsilon"], str) else round(g["record_level_epsilon"], 2))),
+        ("record-level worst case ε", str(g["record_level_epsilon"] if isinstance(g["record_level_epsilon"], str) else round(g["record_level_epsilon"], 2)))
+        if "query_level_epsilon" not in g else ("query-level ε (per answer)", str(round(g["query_level_epsilon"], 4))),
         ("ONNX parity", f"max |Δ| {d['export']['parity']['max_abs_diff']:.1e}, top-1 agreement {d['export']['parity']['top1_agreement']:.3f}"),
     ]
     if private and not show_timings:
