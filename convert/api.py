@@ -14,12 +14,12 @@ Errors are ``DpconvertError`` with one line that names the parameter to fix (in 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from .options import RunOptions, resolve_device
 
 
-def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optional[float] = None, delta: Optional[float] = None,
+def convert(teacher: str | Sequence[str], *, out: str | Path, method: str = "auto", eps: Optional[float] = None, delta: Optional[float] = None,
             noise_multiplier: Optional[float] = None, seed: int = 0, device: str = "cpu", student: Optional[str] = None,
             eval_data: Optional[str] = None, private_data: Optional[str] = None, public_data: Optional[str] = None,
             pixel_range: Optional[float] = None, seeded_noise: bool = False, sign_key: Optional[str] = None,
@@ -29,9 +29,11 @@ def convert(teacher: str, *, out: str | Path, method: str = "auto", eps: Optiona
             on_progress: Optional[Callable[[dict], None]] = None, **method_options):
     """Convert ``teacher`` into a DP student at ``out`` (ONNX) with its privacy card; returns a ``ConvertResult``.
 
-    ``teacher``: a file (.pt/.pth/.pt2/.safetensors/.onnx), ``timm:NAME`` or ``builtin:digits``; ``loader``: a
+    ``teacher``: a file (.pt/.pth/.pt2/.safetensors/.onnx), ``timm:NAME`` or ``builtin:digits``; or a list of several
+    teachers (files, folders of them, ``.txt`` list files) for DPDFD, which averages their rows (with
+    ``disjoint_partitions`` N, teachers trained on disjoint parts of the private data, ``eps`` is record-level); ``loader``: a
     ``LoadOptions`` for files that need an architecture, class count or input spec. ``eps`` and ``noise_multiplier``
-    are exclusive (neither: ε = 1). ``method``: ``auto`` (Private-kNN with ``private_data``, DPDFD otherwise),
+    are exclusive (neither: ε = 1). ``method``: ``auto`` (DP-SGD with ``private_data``, DPDFD otherwise),
     ``dpdfd`` or ``pknn``; ``method_options`` are that method's options (``DpdfdOptions``: releases, batch_size, clip,
     epochs, distill_loss, generator, prior, prior_pool, public_targets, save_generator; ``PknnOptions``: k, sampling_rate, sigma1,
     threshold, sigma2, rounds, queries, features, epochs, labels, knn, canaries, query_generator, generator_eps, …).

@@ -13,7 +13,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, Union
 
 from .version import __version__
 from .accounting.card_blocks import check_spent
@@ -51,12 +51,14 @@ def check_output_path(out: Path, force: bool = False) -> Path:
     return check_output(out, force=force, also=card_paths(out))
 
 
-def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_options=None, *, load_options=None,
+def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: RunOptions, method_options=None, *, load_options=None,
                    on_plan: Optional[Callable[[dict], None]] = None, on_progress: Optional[Callable[[dict], None]] = None) -> ConvertResult:
     """``method_options``: the method's options object, or a dict of them (checked by the method). Under torchrun
-    every rank runs this; rank 0 alone evaluates and writes the outputs, and the other ranks return None."""
+    every rank runs this; rank 0 alone evaluates and writes the outputs, and the other ranks return None.
+    ``teacher_source``: one teacher, or several (files, folders, list files) whose rows DPDFD averages."""
     from dpconvert.distributed import current_world
-    from dpconvert.io.teachers import LoadOptions, load_teacher
+    from dpconvert.io.teacher_set import expand_teacher_sources, load_teachers
+    from dpconvert.io.teachers import LoadOptions
 
     start = time.perf_counter()
     out = check_output_path(out, run.force)
@@ -67,12 +69,20 @@ def run_conversion(teacher_source: str, out: Path, run: RunOptions, method_optio
     method = METHODS.get(name)
     opts = method_options if isinstance(method_options, method.Options) else method.options(method_options)
     method.check(run, opts, out)
+    if getattr(opts, "disjoint_partitions", None):  # the teachers' statement makes DPDFD's bound record-level
+        reason = (f"{opts.disjoint_partitions} teachers on disjoint partitions of the private data (`disjoint_partitions`): DPDFD "
+                  "averaging their rows, record-level")
+    sources = expand_teacher_sources(teacher_source)
+    if len(sources) > 1 and name != "dpdfd":
+        raise DpconvertError(f"{len(sources)} teachers given: several teachers are distilled by DPDFD only (method {name} uses one); "
+                             "give one teacher, or `method` dpdfd")
+    teacher_source = sources[0] if len(sources) == 1 else sources
     world = current_world()
     if world.distributed:
         method.check_distributed(run, opts)
     with Profile() as profile:
         with phase("load teacher"):
-            teacher = load_teacher(teacher_source, load_options or LoadOptions(device=run.device))
+            teacher = load_teachers(teacher_source, load_options or LoadOptions(device=run.device))
         inherited = teacher_guarantee(teacher_source, teacher, run)  # before the long work: a bad teacher card fails now
         if run.class_names is not None and len(run.class_names) != teacher.spec.num_classes:
             raise DpconvertError(f"`class_names` lists {len(run.class_names)} classes but the teacher has {teacher.spec.num_classes}; "
@@ -177,15 +187,17 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
         "schema_version": "1.0",
         "dpconvert_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": run.command or f"dpconvert {shlex.quote(teacher_source)} `out` {shlex.quote(out.name)}",
+        "command": run.command or f"dpconvert {' '.join(map(shlex.quote, _as_list(teacher_source)))} `out` {shlex.quote(out.name)}",
         "seed": run.seed,
         "model": {
             "file": out.name, "sha256": model_sha256(proto), "sha256_method": SHA256_METHOD, "format": "onnx", "opset": OPSET,
             "input_shape": [None, *spec.shape], "mean": list(spec.mean), "std": list(spec.std), "num_classes": spec.num_classes,
             "class_names": list(run.class_names) if run.class_names else None, "num_params": int(sum(p.numel() for p in student.parameters())), "architecture": r.student_name,
         },
-        "teacher": {"source": teacher_source, "kind": teacher.kind, "sha256": teacher.sha256, "architecture": teacher.arch,
-                    "trained_with_dp": True if inherited else None, **({"guarantee": inherited} if inherited else {})},
+        "teacher": {"source": teacher.source if len(_as_list(teacher_source)) > 1 else teacher_source, "kind": teacher.kind, "sha256": teacher.sha256, "architecture": teacher.arch,
+                    "trained_with_dp": True if inherited else None, **({"guarantee": inherited} if inherited else {}),
+                    **({"members": teacher.member_block(), "disjoint_partitions": bool(r.mechanism.get("disjoint_partitions"))}
+                       if hasattr(teacher, "member_block") else {})},
         "guarantee": guarantee_block(r.accountant, r.delta, r.claims),
         "accounting": accounting_block(r.accountant, r.delta, r.claims),
         "mechanism": {**r.mechanism, "method_choice": reason},
@@ -201,6 +213,10 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
         card = sign_card(card, signing_key)
     write_model_with_card(str(out), proto, card, extra=r.extra_files)
     return card
+
+
+def _as_list(source) -> list:
+    return [source] if isinstance(source, str) else list(source)
 
 
 def _run_block(run: RunOptions, profile, world=None) -> dict:

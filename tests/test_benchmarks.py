@@ -39,3 +39,14 @@ def test_resnet34_methods_smoke(tmp_path):
                  "builtin:digits", "--evaluation", "builtin:digits", "--runs", "dpsgd,pknn", "--eps", "8", "--extra", "--epochs 1"], tmp_path)
     assert [r["method"] for r in rows] == ["dp-sgd", "private-knn"] and all(r["epsilon"] <= 8 + 1e-9 and r["peak_rss_mib"] > 0 for r in rows)
     assert rows[0]["command"].startswith("dpconvert builtin:digits --eps 8")
+
+
+@pytest.mark.slow
+def test_disjoint_teachers_smoke(tmp_path):
+    """The script behind RESULTS' disjoint-teachers table, on the digits: 3 teachers on 3 parts, one record-level run."""
+    rows = _run([ROOT / "benchmarks/disjoint_teachers.py", "--partitions", "3", "--eps", "8", "--batch-size", "1000", "--min-epochs", "1",
+                 "--private", "builtin:digits:train", "--input-size", "1,8,8", "--public", "builtin:digits", "--evaluation", "builtin:digits",
+                 "--runs", str(tmp_path), "--extra", "--epochs 1"], tmp_path)
+    [row] = rows
+    assert row["scope"] == "record" and row["epsilon"] <= 8 + 1e-9 and row["audit_passed"] and row["partitions"] == 3
+    assert row["command"].startswith("dpconvert ") and "--disjoint-partitions 3" in row["command"]

@@ -20,6 +20,7 @@ _SGD = [("subsampled_gaussian", dict(sigma=1.2, clip=1.0, sampling_rate=0.05), 2
 CASES = {
     "dpdfd": _DPDFD,
     "dpdfd_per_answer": _DPDFD,
+    "dpdfd_disjoint_teachers": [("normalised_gaussian_release", dict(sigma=4.0, clip=1.0, batch_size=1000, teachers=250), 3)],
     "pknn": _PKNN,
     "pknn+dpdfd_generator": _DPDFD + _PKNN,
     "dpsgd": [("gaussian_count", dict(sigma=50.0), 1)] + _SGD,

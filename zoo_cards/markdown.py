@@ -57,12 +57,15 @@ def _guarantee_lines(d: dict) -> list[str]:
     lines = [
         f"**(ε, δ) = ({_fmt(g['epsilon'])}, {_fmt(g['delta'])})**, scope **{text(g['scope'])}**: {text(g['adjacency'])}.",
         "",
-        f"- Record-level worst case (add/remove one training record of the teacher): ε = {_fmt(g['record_level_epsilon'])}",
+        f"- Record-level worst case (add/remove one training record of the teacher): ε = {_fmt(g['record_level_epsilon'])}"
+        if "query_level_epsilon" not in g else  # several teachers on disjoint partitions: the headline is record-level
+        f"- Query level, per answer (add/remove one answer of the teachers): ε = {_fmt(g['query_level_epsilon'])}",
     ]
     if "per_image_epsilon" in g:
         lines.append(f"- All the answers about one public query image (public-image queries): ε = {_fmt(g['per_image_epsilon'])}")
     if "replace_one_epsilon" in g:
-        lines.append(f"- Replace-one adjacency at the same scope: ε = {_fmt(g['replace_one_epsilon'])}")
+        lines.append(f"- Replace-one adjacency at the same scope: ε = {_fmt(g['replace_one_epsilon'])}" if "query_level_epsilon" not in g
+                     else f"- One answer of the teachers replaced (instead of added/removed): ε = {_fmt(g['replace_one_epsilon'])}")
     lines += ["- Covered: " + "; ".join(text(c) for c in g["covers"]), "- Not covered: " + "; ".join(text(c) for c in g["not_covered"]),
               "", "## Accounting", ""]
     lines.append(f"Accountant {code(a['accountant'])}" + (f", calibrated to target ε = {_fmt(a.get('target_epsilon'))}" if a.get("calibrated") else "") + ".")

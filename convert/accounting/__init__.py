@@ -11,10 +11,11 @@ from .accountant import (
     GeneratorPknnAccountant,
     LaplaceAccountant,
     PerAnswerDpdfdAccountant,
+    DisjointTeachersDpdfdAccountant,
     PknnAccountant,
     library_versions,
 )
 
 __all__ = ["ACCOUNTANTS", "Accountant", "DpdfdAccountant", "DpganAccountant", "DpganPknnAccountant", "DpsgdAccountant", "Event",
-           "GeneratorPknnAccountant", "LaplaceAccountant", "PerAnswerDpdfdAccountant", "PknnAccountant",
+           "GeneratorPknnAccountant", "LaplaceAccountant", "PerAnswerDpdfdAccountant", "DisjointTeachersDpdfdAccountant", "PknnAccountant",
            "library_versions"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import DpconvertError
 from ..registry import Registry
-from .adjacency import ADJACENCY_GENERATOR_PKNN, ADJACENCY_QUERY, ADJACENCY_RECORD, ADJACENCY_RECORD_COMPOSED  # noqa: F401  (one definition, used by plans and cards)
+from .adjacency import ADJACENCY_GENERATOR_PKNN, ADJACENCY_QUERY, ADJACENCY_RECORD, ADJACENCY_RECORD_COMPOSED, ADJACENCY_RECORD_DISJOINT  # noqa: F401  (one definition, used by plans and cards)
 
 
 @dataclass
@@ -80,7 +80,7 @@ class Accountant(ABC):
         return self
 
 
-_INT_PARAMS = {"batch_size", "k", "num_classes"}
+_INT_PARAMS = {"batch_size", "k", "num_classes", "teachers"}
 
 
 ACCOUNTANTS: Registry[type] = Registry("accountant")
@@ -184,6 +184,58 @@ class PerAnswerDpdfdAccountant(DpdfdAccountant):
             raise DpconvertError(f"accountant state max_answers_per_input must be an integer ≥ 1, got {m!r}")
         self.max_answers = m
         return self
+
+
+@ACCOUNTANTS.register("dpdfd_disjoint_teachers")
+@dataclass
+class DisjointTeachersDpdfdAccountant(PerAnswerDpdfdAccountant):
+    """DPDFD with n teachers trained on disjoint partitions of the private data: a record-level guarantee.
+
+    Each released row is the mean of the n teachers' normalised rows (norm C each; ``NormalisedGaussianRelease`` with
+    ``teachers`` = n, recorded on every event by the mechanism that averaged them). One record is in one partition, so
+    it changes one teacher, and every row of every release moves by at most 2C/n: over all releases the L2 sensitivity
+    is 2C·√(Σ B_t)/n, and the adaptively chosen releases compose as Gaussians ("Differentially Private Data-Free
+    Distillation", the multi-teacher extension; the same argument as PATE's). Disjointness is the user's statement
+    (``--disjoint-partitions``), recorded on the card. The per-answer (query-level) bound stays beside it."""
+
+    name: str = "dpdfd_disjoint_teachers"
+    scope: str = "record"
+    adjacency: str = ADJACENCY_RECORD_DISJOINT
+
+    def _record_terms(self) -> list:
+        from . import dpdfd
+
+        return [(e.params["sigma"] / dpdfd.sensitivity_factor("record_disjoint", int(e.params["batch_size"]),
+                                                              int(e.params.get("teachers", 1))), e.count) for e in self.events]
+
+    def epsilons(self, *, delta: float, scope: str = "record") -> dict[str, float]:
+        from . import gaussian
+
+        if scope != "record":
+            return super().epsilons(delta=delta, scope=scope)
+        eps = gaussian.epsilon(delta, _composed(self._record_terms())) if self.events else 0.0
+        return {"analytic_gaussian": eps, "epsilon": eps}
+
+    def record_level_epsilon(self, *, delta: float) -> float:
+        """The headline ε is record-level already."""
+        return self.epsilon(delta=delta)
+
+    def query_level_epsilon(self, *, delta: float) -> float:
+        """The per-answer bound (add/remove one answer of the teacher ensemble), as for one teacher."""
+        return super().epsilons(delta=delta, scope="query")["epsilon"]
+
+    def cross_check(self, *, delta: float, scope: str = "record") -> dict[str, float]:
+        from . import composition
+
+        if scope != "record":
+            return super().cross_check(delta=delta, scope=scope)
+        terms = [(s, count, None) for s, count in self._record_terms()]
+        return {key: composition.epsilon(terms, delta, accountant=key) for key in ("pld", "rdp")}
+
+    def teachers(self) -> int:
+        """The n every release averaged (one value for the whole run)."""
+        counts = {int(e.params.get("teachers", 1)) for e in self.events}
+        return counts.pop() if len(counts) == 1 else 0
 
 
 def _composed(pairs) -> float:

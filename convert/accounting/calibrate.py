@@ -32,12 +32,13 @@ def smallest_sigma(eps_of_sigma: Callable[[float], float], target: float, *, rel
     return hi
 
 
-def dpdfd_sigma(*, eps: float, delta: float, steps: int) -> float:
-    """σ for T DPDFD steps at query-level (ε, δ): σ = s*·√T with s* the one-shot multiplier."""
+def dpdfd_sigma(*, eps: float, delta: float, steps: int, batch_size: int = 1, scope: str = "query", teachers: int = 1) -> float:
+    """σ for T DPDFD steps at (ε, δ) under ``scope``: σ = s*·√T·(sensitivity in units of C) with s* the one-shot
+    multiplier (query: 1; record_disjoint: 2√B/n for n teachers on disjoint partitions)."""
     _check(eps, delta, steps)
     s_star = smallest_sigma(lambda s: gaussian.epsilon(delta, s), eps, rel_tol=1e-6)
-    sigma = s_star * math.sqrt(steps)
-    while dpdfd.epsilon(sigma=sigma, steps=steps, delta=delta) > eps:  # rounding safety
+    sigma = s_star * math.sqrt(steps) * dpdfd.sensitivity_factor(scope, batch_size, teachers)
+    while dpdfd.epsilon(sigma=sigma, steps=steps, delta=delta, batch_size=batch_size, scope=scope, teachers=teachers) > eps:  # rounding safety
         sigma *= 1 + 1e-9
     return sigma
 

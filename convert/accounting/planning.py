@@ -26,12 +26,19 @@ def check_delta(delta: float, n: Optional[int]) -> None:
 
 
 def plan_dpdfd(*, eps: Optional[float], delta: float, steps: int, batch_size: int, noise_multiplier: Optional[float] = None,
-               n: Optional[int] = None, cross_check: bool = True, per_answer: bool = False) -> dict:
+               n: Optional[int] = None, cross_check: bool = True, per_answer: bool = False, disjoint_teachers: int = 0) -> dict:
     """σ for (ε, δ, T) — or ε for a given σ — with every accountant's ε and the record-level worst case.
 
     ``per_answer``: every input is answered once over the run (checked by the engine), so the query-level ε is one
     release's whatever T is (``PerAnswerDpdfdAccountant``); otherwise the T releases compose. The record-level worst
-    case composes over all T releases either way."""
+    case composes over all T releases either way.
+
+    ``disjoint_teachers`` n ≥ 2: n teachers trained on disjoint partitions of the private data, each row the mean of their
+    normalised rows: ``eps`` is then record-level (sensitivity 2C·√(B·T)/n, ``DisjointTeachersDpdfdAccountant``) and σ is
+    calibrated to it; the per-answer query-level ε is reported beside it."""
+    if disjoint_teachers:
+        return _plan_disjoint(eps=eps, delta=delta, steps=steps, batch_size=batch_size, noise_multiplier=noise_multiplier,
+                              teachers=disjoint_teachers, cross_check=cross_check)
     check_delta(delta, n)
     if steps < 1:
         raise DpconvertError(f"`releases` must be >= 1, got {steps}")
@@ -66,6 +73,31 @@ def plan_dpdfd(*, eps: Optional[float], delta: float, steps: int, batch_size: in
         result["accountants"]["pld"] = dpdfd.epsilon_pld(**kw)
         result["accountants"]["rdp"] = dpdfd.epsilon_rdp(**kw)
     return result
+
+
+def _plan_disjoint(*, eps, delta, steps, batch_size, noise_multiplier, teachers, cross_check) -> dict:
+    check_delta(delta, None)
+    if teachers < 2:
+        raise DpconvertError(f"`disjoint_partitions` needs two teachers or more (one per partition), got {teachers}")
+    record = dict(steps=steps, delta=delta, batch_size=batch_size, scope="record_disjoint", teachers=teachers)
+    base = plan_dpdfd(eps=None, delta=delta, steps=steps, batch_size=batch_size, per_answer=True, cross_check=False,
+                      noise_multiplier=noise_multiplier if noise_multiplier is not None
+                      else calibrate.dpdfd_sigma(eps=_require_eps(eps), **record))
+    sigma = base["sigma"]
+    result = {**base, "accountant": "dpdfd_disjoint_teachers", "target_epsilon": eps, "calibrated": noise_multiplier is None,
+              "epsilon": dpdfd.epsilon(sigma=sigma, **record), "accountants": {"analytic_gaussian": dpdfd.epsilon(sigma=sigma, **record)},
+              "query_level_epsilon": base["epsilon"], "record_level_epsilon": dpdfd.epsilon(sigma=sigma, **record),
+              "teachers": teachers, "scope": "record", "adjacency": dpdfd.ADJACENCY_RECORD_DISJOINT}
+    if cross_check and sigma > 0:
+        result["accountants"]["pld"] = dpdfd.epsilon_pld(sigma=sigma, **record)
+        result["accountants"]["rdp"] = dpdfd.epsilon_rdp(sigma=sigma, **record)
+    return result
+
+
+def _require_eps(eps):
+    if eps is None:
+        raise DpconvertError("give `eps` (to calibrate σ) or `noise_multiplier` (to compute ε)")
+    return eps
 
 
 def plan_pknn(*, eps: Optional[float], delta: float, k: int, sampling_rate: float, sigma1: float, threshold: float,

@@ -25,7 +25,8 @@ GUARANTEE_KEYS = {"epsilon", "delta", "scope", "adjacency", "record_level_epsilo
 ACCOUNTING_KEYS = {"accountant", "epsilons", "cross_check", "libraries", "calibrated", "target_epsilon", "state", "note"}
 NOISE_KEYS = {"noise_rng", "noise_secret"}
 DPDFD_KEYS = {"method", "sigma", "clip", "batch_size", "releases", "distill_loss", "distinct_inputs", "query_source", "config",
-              "method_choice", "public_images", "device_defaults", "distinct_across_releases", "max_answers_per_input"} | NOISE_KEYS
+              "method_choice", "public_images", "device_defaults", "distinct_across_releases", "max_answers_per_input", "teachers",
+              "disjoint_partitions"} | NOISE_KEYS
 DPDFD_REQUIRED = {"method", "sigma", "clip", "batch_size", "releases", "distinct_inputs", "config"} | NOISE_KEYS
 PKNN_KEYS = {"method", "k", "sampling_rate", "sampling", "sigma1", "threshold", "sigma2", "queries_asked", "queries_answered", "rounds",
              "features", "knn_search", "public_queries", "query_source", "labels", "config", "method_choice", "query_generator"} | NOISE_KEYS
@@ -73,6 +74,8 @@ def recompute(data: dict):
     out = {**accountant.epsilons(delta=delta), "record_level_epsilon": accountant.record_level_epsilon(delta=delta)}
     if hasattr(accountant, "replace_one_epsilon"):
         out["replace_one_epsilon"] = accountant.replace_one_epsilon(delta=delta)
+    if hasattr(accountant, "query_level_epsilon"):
+        out["query_level_epsilon"] = accountant.query_level_epsilon(delta=delta)
     return accountant, out
 
 
@@ -118,11 +121,12 @@ def check_card(data: dict) -> tuple[dict, Problems]:
     p.check(g.get("adjacency") == accountant.adjacency, "guarantee.adjacency", f"does not match the {accountant.name!r} accountant's adjacency")
     _claims_at_least(p, g.get("epsilon"), true["epsilon"], "guarantee.epsilon")
     _claims_at_least(p, g.get("record_level_epsilon"), true["record_level_epsilon"], "guarantee.record_level_epsilon")
-    if "replace_one_epsilon" in true:
-        _claims_at_least(p, g.get("replace_one_epsilon"), true["replace_one_epsilon"], "guarantee.replace_one_epsilon")
+    for key in ("replace_one_epsilon", "query_level_epsilon"):
+        if key in true:
+            _claims_at_least(p, g.get(key), true[key], f"guarantee.{key}")
     bounds = acct.get("epsilons") or {}
     for k in sorted(bounds):
-        if p.check(k in true and k != "epsilon", f"accounting.epsilons.{k}", "not a bound this accountant computes"):
+        if p.check(k in true and k not in ("epsilon", "query_level_epsilon"), f"accounting.epsilons.{k}", "not a bound this accountant computes"):
             _claims_at_least(p, bounds[k], true[k], f"accounting.epsilons.{k}")
     if acct.get("calibrated") and acct.get("target_epsilon") is not None:
         p.check(true["epsilon"] <= as_float(acct["target_epsilon"]) * (1 + REL_TOL), "accounting.target_epsilon",
@@ -177,7 +181,7 @@ def _check_warnings(p: Problems, accountant, data: dict) -> None:
 
     need(m.get("noise_secret") is False, SEEDED_WARNING[:60], "the noise was seeded (not secret)")
     need(any(e.params.get("sigma") == 0 for e in accountant.events if e.mechanism == "normalised_gaussian_release")
-         and accountant.name in ("dpdfd", "dpdfd_per_answer"),
+         and accountant.name in ("dpdfd", "dpdfd_per_answer", "dpdfd_disjoint_teachers"),
          NO_NOISE_WARNING[:40], "the noise multiplier is 0 (not private)")
     parity = ((data.get("export") or {}).get("parity") or {})
     weak = isinstance(parity.get("max_abs_diff"), (int, float)) and isinstance(parity.get("top1_agreement"), (int, float)) and (
@@ -224,7 +228,8 @@ def _check_events(p: Problems, accountant, data: dict) -> None:
 
 # ------------------------------------------------------------------ per accountant
 CHECKS: Registry[Callable] = Registry("card check")
-CHECKS_EXTRA_GUARANTEE = {"dpdfd": ("replace_one_epsilon", "per_image_epsilon"), "dpdfd_per_answer": ("replace_one_epsilon", "per_image_epsilon")}
+CHECKS_EXTRA_GUARANTEE = {"dpdfd": ("replace_one_epsilon", "per_image_epsilon"), "dpdfd_per_answer": ("replace_one_epsilon", "per_image_epsilon"),
+                          "dpdfd_disjoint_teachers": ("replace_one_epsilon", "per_image_epsilon", "query_level_epsilon")}
 
 
 def _check_dpdfd_block(p: Problems, m: dict, events: list, where: str, *, required: set, allowed: set) -> None:
@@ -254,6 +259,32 @@ def _check_dpdfd(p: Problems, accountant, data: dict) -> None:
     p.check(m.get("method") == "dpdfd", "mechanism.method", f"{m.get('method')!r} but the events are DPDFD releases")
     _check_dpdfd_block(p, m, accountant.events, "mechanism", required=DPDFD_REQUIRED, allowed=DPDFD_KEYS)
     _check_public_images(p, m, accountant, data)
+    _check_teacher_members(p, accountant, data)
+
+
+def _check_teacher_members(p: Problems, accountant, data: dict) -> None:
+    """Several teachers: every release averaged the same n (recorded on each event by the mechanism that averaged them),
+    the card lists those n teachers, and a disjoint-partition statement appears exactly where its accountant was used."""
+    m, teacher = data.get("mechanism") or {}, data.get("teacher") or {}
+    counts = {e.params.get("teachers", 1) for e in accountant.events}
+    if not p.check(len(counts) <= 1, "accounting.state.events", f"releases averaged different numbers of teachers {sorted(counts)}"):
+        return
+    n = counts.pop() if counts else 1
+    members = teacher.get("members")
+    if n > 1:
+        _same(p, m, "teachers", n, "mechanism")
+        p.check("teachers" in m, "mechanism.teachers", f"missing: the events average {n} teachers")
+        p.check(isinstance(members, list) and len(members) == n, "teacher.members",
+                f"lists {len(members) if isinstance(members, list) else 'no'} teachers but the events average {n}")
+    else:
+        p.check("teachers" not in m, "mechanism.teachers", "given, but the events are one teacher's releases")
+        p.check(members is None, "teacher.members", "given, but the events are one teacher's releases")
+    disjoint = accountant.name == "dpdfd_disjoint_teachers"
+    for block, where in ((m, "mechanism"), (teacher, "teacher")):
+        p.check(bool(block.get("disjoint_partitions")) == disjoint, f"{where}.disjoint_partitions",
+                "must be true with the disjoint-teachers accountant" if disjoint else "true, but the accountant does not use it")
+    if disjoint:
+        p.check(n >= 2, "accounting.state.events", f"the disjoint-teachers bound needs two teachers or more; the events average {n}")
 
 
 @CHECKS.register("dpdfd_per_answer")
@@ -266,6 +297,12 @@ def _check_dpdfd_per_answer(p: Problems, accountant, data: dict) -> None:
             "not true: per-answer accounting needs a run that never answered an input twice (use the composed accountant)")
     p.check(m.get("max_answers_per_input") == accountant.max_answers, "mechanism.max_answers_per_input",
             f"{m.get('max_answers_per_input')!r} but the accountant state charges m = {accountant.max_answers}")
+
+
+@CHECKS.register("dpdfd_disjoint_teachers")
+def _check_dpdfd_disjoint(p: Problems, accountant, data: dict) -> None:
+    """Record-level through n teachers on disjoint partitions: everything per-answer accounting needs, and the teachers."""
+    _check_dpdfd_per_answer(p, accountant, data)
 
 
 def _check_public_images(p: Problems, m: dict, accountant, data: dict) -> None:

@@ -27,7 +27,9 @@ METHOD_OPTIONS = tuple(METHODS.get(name).Options for name in METHOD_ORDER)
 
 
 def _convert_params() -> list:
-    params = [own("teacher", argument=True, default=..., help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:digits."),
+    params = [own("teacher", argument=True, default=..., type=list[str],
+                  help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:digits. Several teachers (files, a folder, "
+                       "a .txt list) for DPDFD: their rows are averaged (see --disjoint-partitions)."),
               *params_of(LoadOptions),  # the Teacher panel first: what a new user has to get right
               own("out_path", "--out", "-o", type=Path, default=Path("student.onnx"), panel=OUTPUT,
                   help="Output student, an .onnx file; the card goes to OUT.card.json / OUT.card.md. Default: student.onnx."),

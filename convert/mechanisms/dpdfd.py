@@ -52,6 +52,7 @@ class Dpdfd:
         torchrun, this rank answers and noises its shard of every release and trains the student with DDP
         (convert/distributed.py); a seeded noise stream is the same on every rank."""
         self.teacher, self.cfg, self.world, self.device = teacher, cfg, world, device
+        self.members = list(getattr(teacher, "members", None) or [teacher])  # several teachers: each row averages theirs
         self.student = student.to(device).to(memory_format=torch.channels_last)
         self.generator = generator.to(device) if generator is not None else None
         self.prior = prior.to(device) if prior is not None else None
@@ -239,20 +240,28 @@ class Dpdfd:
         with phase("teacher forward", items=len(mine)):
             for chunk in mine.split(self.chunk):
                 x = self._render(chunk)
-                with torch.inference_mode(), self.model.autocast():
-                    t_logits = self.teacher(x).to(self.device).float()
                 with torch.no_grad():
                     s_logits = self.model(x)
-                g_parts.append(per_sample_output_gradient(s_logits, t_logits.clone(), self.cfg))
+                g_parts.append(self._rows(x, s_logits))
                 s_parts.append(s_logits)
-                del t_logits
                 self.progress.advance(len(chunk))
         t1 = time.perf_counter()
         with phase("release", items=len(rows)):
-            g_noisy = self.mechanism.release(torch.cat(g_parts), total=len(rows))
+            g_noisy = self.mechanism.release(torch.cat(g_parts), total=len(rows), teachers=len(self.members))
             del g_parts  # nothing un-noised from the teacher survives this function
             s_logits = self.world.gather_rows(torch.cat(s_parts), len(rows))
         return s_logits, g_noisy, t1 - t0, time.perf_counter() - t1
+
+    def _rows(self, x: torch.Tensor, s_logits: torch.Tensor) -> torch.Tensor:
+        """The pre-noise rows for inputs ``x``: one teacher's output gradients (normalised by the release), or with
+        several teachers the mean of each one's normalised rows (``NormalisedGaussianRelease.mean_of_normalised``)."""
+        grads = []
+        for teacher in self.members:
+            with torch.inference_mode(), self.model.autocast():
+                t_logits = teacher(x).to(self.device).float()
+            grads.append(per_sample_output_gradient(s_logits, t_logits.clone(), self.cfg))
+            del t_logits
+        return grads[0] if len(grads) == 1 else self.mechanism.mean_of_normalised(grads)
 
     # ------------------------------------------------------------ post-processing of the released rows
     def denoised_source_targets(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -45,15 +45,28 @@ class NormalisedGaussianRelease:
         g = self.clip * grads / (norms + self.stability)
         return torch.where(torch.isfinite(g).all(dim=1, keepdim=True), g, torch.zeros_like(g))  # a norm that overflowed
 
-    def release(self, grads: torch.Tensor, total: int | None = None) -> torch.Tensor:
+    def mean_of_normalised(self, per_teacher: list[torch.Tensor]) -> torch.Tensor:
+        """Several teachers' rows for the same inputs → one row each: the mean of the n teachers' normalised rows
+        ("Differentially Private Data-Free Distillation", the multi-teacher extension). Not normalised again: each
+        teacher's share is at most C/n, which is what bounds one teacher's (one partition's) effect by 2C/n per row."""
+        return torch.stack([self.normalise(g.detach().float().cpu()) for g in per_teacher]).mean(0)
+
+    def clip_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows scaled down to norm ≤ C where rounding left one above it (means of normalised rows already are)."""
+        rows = torch.where(torch.isfinite(rows).all(dim=1, keepdim=True), rows, torch.zeros_like(rows))
+        return rows * (self.clip / rows.norm(dim=1, keepdim=True).clamp(min=self.clip))
+
+    def release(self, grads: torch.Tensor, total: int | None = None, teachers: int = 1) -> torch.Tensor:
         """The noisy release of all ``total`` rows; ``grads`` are this rank's rows (``world.shard(total)``; all of them
-        in one process)."""
+        in one process). ``teachers`` > 1: the rows are ``mean_of_normalised`` over that many teachers (clipped to C,
+        not normalised again), and the count goes on the accountant's event with σ, C and B."""
         if grads.ndim != 2:
             raise ValueError("expected a (batch, classes) matrix of output gradients")
         total = len(grads) if total is None else int(total)
-        g = self.normalise(grads.detach().float().cpu())
+        g = self.normalise(grads.detach().float().cpu()) if teachers == 1 else self.clip_rows(grads.detach().float().cpu())
         noise = self._noise(total, g.shape[1]) * (self.sigma * self.clip)
-        self.accountant.record(self.mechanism, sigma=self.sigma, clip=self.clip, batch_size=total)
+        several = {"teachers": int(teachers)} if teachers > 1 else {}  # one teacher's events are as they always were
+        self.accountant.record(self.mechanism, sigma=self.sigma, clip=self.clip, batch_size=total, **several)
         return self.world.gather_rows(g + noise, total).to(grads.device)
 
     def _noise(self, total: int, cols: int) -> torch.Tensor:

@@ -53,14 +53,16 @@ class Dpdfd(Method):
 
     def plan(self, run, opts: DpdfdOptions, spec, queries: Optional[int] = None) -> dict:
         from dpconvert.accounting.planning import plan_dpdfd
-        from dpconvert.options import units_delta
+        from dpconvert.options import DEFAULT_DELTA, units_delta
 
         per_image = public_targets(run, opts, spec) == "per-image"
         device_b = default_batch_size(spec, run.device)
         batch_size = opts.batch_size or (max(PER_IMAGE_BATCH, device_b) if per_image else device_b)
         delta = units_delta(batch_size * opts.releases) if run.delta_is_default else run.delta  # δ ≤ 1/(B·T) by default
+        if opts.disjoint_partitions and run.delta_is_default:  # record-level: δ also within the other methods' default for records
+            delta = min(delta, DEFAULT_DELTA)
         plan = plan_dpdfd(eps=run.eps, delta=delta, steps=opts.releases, batch_size=batch_size, noise_multiplier=run.noise_multiplier,
-                          per_answer=opts.accounting == "per-answer")
+                          per_answer=opts.accounting == "per-answer", disjoint_teachers=opts.disjoint_partitions or 0)
         plan["student_epochs"] = opts.epochs or default_epochs(spec, run.device)
         return plan
 
@@ -73,6 +75,11 @@ class Dpdfd(Method):
 
         run = ctx.run
         self.check(run, opts)
+        teachers = len(getattr(teacher, "members", None) or [teacher])
+        if opts.disjoint_partitions is not None and opts.disjoint_partitions != teachers:
+            raise DpconvertError(f"`disjoint_partitions` says {opts.disjoint_partitions} teachers on disjoint partitions but {teachers} "
+                                 f"{'was' if teachers == 1 else 'were'} given; give all {opts.disjoint_partitions} teacher files (or their folder)"
+                                 + (f", or set `disjoint_partitions` {teachers}" if teachers > 1 else ""))
         spec = teacher.spec
         plan = self.plan(run, opts, spec)
         run = dataclasses.replace(run, delta=plan["delta"])  # the δ the plan resolved is the one every bound uses
@@ -82,7 +89,7 @@ class Dpdfd(Method):
         torch.manual_seed(run.seed)
         student, student_name, prior, source, generator = self._models(run, opts, spec)
         cfg = self._engine_config(run, opts, plan, generator, spec, prior)
-        accountant = ACCOUNTANTS.get(ACCOUNTING[opts.accounting])()
+        accountant = ACCOUNTANTS.get("dpdfd_disjoint_teachers" if opts.disjoint_partitions else ACCOUNTING[opts.accounting])()
         warnings += ctx.noise.warnings
         job = Engine(teacher, student, generator, cfg, accountant, device=run.device, prior=prior, noise=ctx.noise, world=ctx.world)
         check_teacher(teacher, job.probe_inputs(PROBE_SIZE))  # row independence and finite answers, before any release
@@ -99,10 +106,12 @@ class Dpdfd(Method):
         if not ran_the_plan:
             raise DpconvertError(f"internal error: the mechanism's releases and ε differ from the plan's ({opts.releases}, ε={plan['epsilon']}); "
                                  "nothing was written")
-        mechanism = self._mechanism_block(run, opts, plan, cfg, ctx.noise.card_fields, source, generator)
+        mechanism = self._mechanism_block(run, opts, plan, cfg, ctx.noise.card_fields, source, generator, job.members)
         claims = Claims(covers=list(COVERS_STUDENT), not_covered=NOT_COVERED + ([NOT_COVERED_PUBLIC_IMAGES] if run.public_data else []),
                         calibrated=plan["calibrated"], target_epsilon=run.eps if plan["calibrated"] else None,
                         extra={"replace_one_epsilon": accountant.replace_one_epsilon(delta=run.delta)})
+        if opts.disjoint_partitions:  # the headline is record-level; the per-answer bound stays beside it
+            claims.extra["query_level_epsilon"] = accountant.query_level_epsilon(delta=run.delta)
         images = job.public_image_counts()
         if images is not None:  # public queries: how much one source image weighs, and the ε for all of its answers
             mechanism["public_images"] = images
@@ -179,11 +188,12 @@ class Dpdfd(Method):
             settings["student_samples"] = opts.epochs * prior.num_bases
         return DpdfdConfig(**settings)
 
-    def _mechanism_block(self, run, opts: DpdfdOptions, plan: dict, cfg, noise_info: dict, source: str, generator) -> dict:
+    def _mechanism_block(self, run, opts: DpdfdOptions, plan: dict, cfg, noise_info: dict, source: str, generator, teacher_members) -> dict:
         return {
             "method": "dpdfd",
             "sigma": plan["sigma"], "clip": opts.clip, "batch_size": plan["batch_size"], "releases": opts.releases,
             "distill_loss": cfg.distill_loss, **noise_info,
+            **({"teachers": len(teacher_members), "disjoint_partitions": bool(opts.disjoint_partitions)} if len(teacher_members) > 1 else {}),
             "distinct_inputs": True,  # Dpdfd.distinct_queries: no input twice in a release (the auditor checks for it)
             "distinct_across_releases": True,  # … nor twice in the run: every release skips the inputs answered before
             "max_answers_per_input": 1,

@@ -68,6 +68,12 @@ class DpdfdOptions:
     # runs whose cost is reused elsewhere, e.g. Private-kNN's query generator)
     accounting: str = option("per-answer", help="per-answer (the engine never answers an input twice, so the query-level ε is one release's "
                              "for any `releases`) or composed (the releases compose).", choices=tuple(ACCOUNTING), plan=True)
+    # several teachers trained on N disjoint partitions of the private data (the user's statement: dpconvert cannot see
+    # their training data): each released row is the mean of their normalised rows, one record moves it by ≤ 2C/N, and
+    # `eps` becomes record-level (accounting/dpdfd.py, "record_disjoint"); N must equal the number of teachers given
+    disjoint_partitions: Optional[int] = option(None, help="N: the N teachers given were each trained on its own one of N disjoint parts of "
+                                                "the private data (your statement, recorded on the card). `eps` is then record-level.",
+                                                default_text="off: one teacher, or teachers that may share records", plan=True)
     # Python only (benchmarks/RESULTS.md measured each; the CLI does not offer them)
     student_lr: Optional[float] = option(None, help="Peak learning rate of the student's cosine schedule.",
                                          default_text="4e-3 for inputs of ≤ 256 values, else 2e-3", cli=False)
@@ -93,6 +99,10 @@ class DpdfdOptions:
             raise DpconvertError("`student_lr` must be > 0")
         if self.new_sources_per_release < 0:
             raise DpconvertError("`new_sources_per_release` must be >= 0")
+        if self.disjoint_partitions is not None and self.disjoint_partitions < 2:
+            raise DpconvertError("`disjoint_partitions` N must be >= 2 (one teacher per partition); drop it for one teacher")
+        if self.disjoint_partitions is not None and self.accounting != "per-answer":
+            raise DpconvertError("`disjoint_partitions` uses per-answer accounting for its query-level bound: drop `accounting` composed")
         check_choices(self)
 
 
