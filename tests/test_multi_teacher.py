@@ -220,6 +220,16 @@ def test_a_folder_or_a_list_file_names_the_teachers(teacher_files):
     assert torch.allclose(s(x), torch.stack([m(x) for m in s.members]).mean(0))
 
 
+def test_the_same_model_twice_is_refused(teacher_files, tmp_path, cli):
+    """A copy of one teacher under another name would count one partition twice (its records would move 2 of the n)."""
+    import shutil
+
+    shutil.copy(teacher_files / "t0.safetensors", tmp_path / "copy.safetensors")
+    code, _, err = cli(teacher_files / "t0.safetensors", teacher_files / "t1.safetensors", tmp_path / "copy.safetensors",
+                       "--disjoint-partitions", "3", "--eps", "1", "--out", tmp_path / "s.onnx")
+    assert code == 1 and "are the same model" in err and not (tmp_path / "s.onnx").exists()
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--disjoint-partitions", "2"], "says 2 teachers"),
     (["--method", "dpsgd", "--private-data", "builtin:digits:train"], "DPDFD only"),

@@ -237,3 +237,11 @@ def test_a_softmax_teacher_is_warned_and_a_tuple_teacher_refused_by_name(models,
     torch.jit.save(torch.jit.trace(_Softmaxed(models["cnn"], tuple_out=True).eval(), x, strict=False), str(tmp_path / "tuple.pt"))
     code, _, err = cli("inspect", tmp_path / "tuple.pt", "--input-size", "1,28,28", "--num-classes", "10")
     assert code == 1 and "returns a tuple of 2 values" in err and "--input-size" not in err
+
+
+def test_a_graph_without_its_input_size_and_classes_names_both_in_one_line(tmp_path, cli):
+    """A TorchScript file says neither its input size nor its class count: one error names both, readably."""
+    module = torch.jit.trace(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)).eval(), torch.zeros(2, 1, 8, 8))
+    module.save(str(tmp_path / "t.pt"))
+    code, _, err = cli(tmp_path / "t.pt", "--eps", "1", "--out", tmp_path / "s.onnx")
+    assert code == 1 and "cannot tell the input size or the class count; give --input-size C,H,W" in err and "--num-classes K" in err, err

@@ -68,6 +68,11 @@ def load_teachers(sources: Union[str, Sequence[str]], options: Optional[LoadOpti
     if len(names) == 1:
         return load_teacher(names[0], options)
     members = [load_teacher(name, options) for name in names]
+    seen: dict = {}
+    for m in members:  # one model twice would be one partition's teacher counted twice (its records would move 2 of n)
+        if m.sha256 is not None and m.sha256 in seen:
+            raise DpconvertError(f"{m.source} and {seen[m.sha256]} are the same model (sha256 {m.sha256[:12]}…); give each teacher once")
+        seen[m.sha256] = m.source
     first = members[0]
     for m in members[1:]:
         if (m.spec.shape, m.spec.num_classes) != (first.spec.shape, first.spec.num_classes):

@@ -113,10 +113,11 @@ def _spec_from(base: Optional[InputSpec], opts: LoadOptions, what: str) -> Input
         c = opts.in_chans
     if opts.num_classes is not None:
         k = opts.num_classes
-    missing = ([] if None not in (c, h, w) else ["`input_size` C,H,W (e.g. 1,28,28)"]) + ([] if k is not None else ["`num_classes` K"])
+    missing = ([] if None not in (c, h, w) else [("input size", "`input_size` C,H,W (e.g. 1,28,28)")]) + (
+        [] if k is not None else [("class count", "`num_classes` K")])
     if missing:
-        raise DpconvertError(f"{what}: cannot tell the {' or the '.join(m.split()[0][2:].replace('-', ' ') for m in missing)}; give "
-                             + " and ".join(missing))
+        raise DpconvertError(f"{what}: cannot tell the {' or the '.join(name for name, _ in missing)}; give "
+                             + " and ".join(flag for _, flag in missing))
     if opts.mean is not None:
         mean = opts.mean
     if opts.std is not None:
