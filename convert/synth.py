@@ -31,10 +31,13 @@ ACCOUNTING_NOTE = {
 def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int, int], num_classes: int, eps: float = 1.0,
                delta: float = DEFAULT_DELTA, allow_large_delta: bool = False, samples: int = 10000, seed: int = 0, seeded_noise: bool = False,
                pixel_range: Optional[float] = None, grid: Optional[str | Path] = None, gan=None, command: Optional[str] = None,
-               sign_key: Optional[str | Path] = None, class_names: Optional[list[str]] = None, force: bool = False, on_progress: Optional[Callable[[dict], None]] = None):
+               sign_key: Optional[str | Path] = None, class_names: Optional[list[str]] = None, force: bool = False, ex_post: bool = False,
+               on_progress: Optional[Callable[[dict], None]] = None):
     """Train the DP-critic GAN on ``private_data`` at (ε, δ), write ``out`` (.npz: x uint8 N×C×H×W, y) and
     ``out.card.json`` (signed with ``sign_key`` if given; and ``grid``, a PNG of samples) all or nothing; return the
-    card (a ``PrivacyCard`` of kind ``data``)."""
+    card (a ``PrivacyCard`` of kind ``data``). ``ex_post``: also publish the ex-post expected privacy-loss estimate
+    (``mechanisms/ex_post.py``) in the card's ``empirical`` block — computed on the private records outside the DP
+    accounting, not DP, and said so on the card."""
     from .io.atomic import check_output
 
     out = Path(out)
@@ -48,7 +51,7 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
 
     from .accounting import DpganAccountant
     from .accounting.card_blocks import Claims, accounting_block, check_spent, guarantee_block
-    from .accounting.statements import COVERS_DATA, DELTA_CEILING, LARGE_DELTA_PREFIX, NOT_COVERED_DATA, SEEDED_WARNING
+    from .accounting.statements import COVERS_DATA, DELTA_CEILING, EX_POST_WARNING, LARGE_DELTA_PREFIX, NOT_COVERED_DATA, SEEDED_WARNING
     from .generators.saved import sample_labelled
     from .io.atomic import AtomicOutputs
     import hashlib
@@ -73,13 +76,19 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
     CRITICS.get(gan_opts.critic)  # an unknown critic fails here, before the data is read
     from .context import RunContext
 
-    result = train_dpgan(RunContext.build(run, spec), gan_opts, spec, eps, delta, on_progress)
+    ctx = RunContext.build(run, spec)
+    result = train_dpgan(ctx, gan_opts, spec, eps, delta, on_progress)
     x, labels = sample_labelled(result.generator, samples, num_classes, torch.Generator().manual_seed(seed))  # each image's class
     pixels = (x.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
     buf = io.BytesIO()
     np.savez_compressed(buf, x=pixels, y=labels.numpy())
     accountant = DpganAccountant().load_state_dict(result.accountant_state)
     check_spent(accountant, delta=delta, target=eps)  # before anything is written, as for a model
+    empirical = None
+    if ex_post:  # opt-in: a statistic of the private records published outside the accounting (the card warns)
+        from .mechanisms.ex_post import expected_privacy_loss
+
+        empirical = expected_privacy_loss(ctx.private, pixels.astype(np.float32) / 255.0, seed=seed)
     claims = Claims(covers=list(COVERS_DATA), not_covered=list(NOT_COVERED_DATA), calibrated=True, target_epsilon=eps,
                     note=ACCOUNTING_NOTE[gan_opts.critic])
     card = PrivacyCard({
@@ -96,7 +105,9 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
         "accounting": accounting_block(accountant, delta, claims),
         "mechanism": {"method": "dp-critic-gan", **result.mechanism, "config": {**asdict(gan_opts), "seed": seed}},
         "warnings": ([SEEDED_WARNING] if seeded_noise else []) + ([f"{LARGE_DELTA_PREFIX} {DELTA_CEILING:g}: δ = {delta:g} (allowed by "
-                                                                   "`allow_large_delta`)"] if delta > DELTA_CEILING else []),
+                                                                   "`allow_large_delta`)"] if delta > DELTA_CEILING else [])
+                    + ([EX_POST_WARNING] if empirical else []),
+        **({"empirical": empirical} if empirical else {}),
     }).validate("generated data card")
     if sign_key is not None:
         from .zoo_cards.signing import sign_card

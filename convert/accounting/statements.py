@@ -30,6 +30,9 @@ SEEDED_WARNING = ("the DP noise and subsampling were drawn from a stream seeded 
                   "convert without `seeded_noise` for a release")
 NO_NOISE_WARNING = "noise multiplier 0: this student is NOT differentially private (ε = ∞); for comparison only"
 WEAK_PARITY_PREFIX = "ONNX parity is weak"
+EX_POST_WARNING = ("the empirical block (the ex-post expected privacy-loss estimate, `ex_post`) was computed from the private records "
+                   "outside the DP accounting: it is not covered by the guarantee, is not differential privacy, and may reveal "
+                   "something about those records")
 LARGE_DELTA_PREFIX = "δ above the ceiling"
 PARITY_MAX_ABS_DIFF = 1e-3
 PARITY_MIN_TOP1 = 0.99

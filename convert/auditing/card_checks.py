@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from dpconvert.accounting.statements import (COVERS, NO_NOISE_WARNING, NOT_COVERED, NOT_COVERED_DATA, NOT_COVERED_PUBLIC_IMAGES,
                                               PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1, SEEDED_WARNING, WEAK_PARITY_PREFIX)
-from dpconvert.accounting.statements import DELTA_CEILING, LARGE_DELTA_PREFIX
+from dpconvert.accounting.statements import DELTA_CEILING, EX_POST_WARNING, LARGE_DELTA_PREFIX
 from dpconvert.errors import DpconvertError
 from dpconvert.registry import Registry
 
@@ -189,6 +189,7 @@ def _check_warnings(p: Problems, accountant, data: dict) -> None:
     need(weak, WEAK_PARITY_PREFIX, "the ONNX export disagrees with the trained student")
     delta = (data.get("guarantee") or {}).get("delta")
     need(isinstance(delta, (int, float)) and delta > DELTA_CEILING, LARGE_DELTA_PREFIX, f"δ is above the ceiling {DELTA_CEILING:g}")
+    need("empirical" in data, EX_POST_WARNING[:60], "the empirical block was computed on the private records, outside the accounting")
 
 
 def _check_teacher(p: Problems, data: dict) -> None:

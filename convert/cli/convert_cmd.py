@@ -93,6 +93,9 @@ def _synth_params() -> list:
               own("samples", type=int, default=defaults["samples"].default, panel=OUTPUT,
                   help=f"Synthetic images to write (class-balanced). Default: {defaults['samples'].default}."),
               own("grid", type=Path, panel=OUTPUT, help="Also write a PNG grid of samples, one row per class."),
+              own("ex_post", type=bool, default=False, panel=OUTPUT,
+                  help="Also publish the ex-post expected privacy-loss estimate (\"Generating Artificial Data for Private Deep Learning\") in "
+                       "the card's empirical block: computed on the private records outside the DP accounting, not DP (the card warns)."),
               *params_of(GanOptions, panel=PRIVACY, prefix="gan_")]  # named as Private-kNN's `gan_*`, and so are their errors
     retitled(params, "private_data", required=True)
     retitled(params, "eps", default_text=f"{defaults['eps'].default:g}")
@@ -111,11 +114,15 @@ def _synth(values: dict) -> None:
     gan = {k[len("gan_"):]: v for k, v in given(SYNTH, values, GanOptions).items()}
     out_path, samples, grid = values["out_path"], values["samples"], values["grid"]
     card = synthesize(run.pop("private_data"), out=out_path, input_size=parse_size(values["input_size"]), num_classes=values["num_classes"],
-                      samples=samples, grid=grid, gan=GanOptions(**gan), command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                      samples=samples, grid=grid, gan=GanOptions(**gan), ex_post=values["ex_post"], command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
                       on_progress=lambda i: out.print(f"{i['stage']}: step {i['releases']}/{i['total']}"), **run)
     g = card.data["guarantee"]
     out.print(f"wrote {out_path} ({samples} samples) and {out_path}.card.json: ε={g['epsilon']:.4f}, δ={g['delta']:g}, scope {g['scope']}"
               + (f"; sample grid {grid}" if grid else ""))
+    if "empirical" in card.data:  # never an ε: the estimate is evidence about this data set, and the card says so
+        e = card.data["empirical"]
+        out.print(f"ex-post expected privacy loss (empirical, not DP): μ = {e['expected_privacy_loss_bound']:.3g}, exceeded with probability "
+                  f"≤ {e['exceed_probability']:g} over {e['removals']} simulated removals")
 
 
 build(app, "synth", SYNTH, _synth,
