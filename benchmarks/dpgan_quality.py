@@ -6,7 +6,8 @@ For each ε: the DP-critic GAN is trained on the 60 000 training images (record-
 row reproduces), 10 000 class-balanced synthetic images are written with a sample grid
 (``benchmarks/results/dpgan_fmnist_grid_eps{ε}_{critic}.png``), and a logistic regression on fixed scattering
 features of the synthetic images (labels = the generator's classes) is tested on real test images 5 000–9 999.
-The measure needs no teacher and no private labels beyond the GAN's own release.
+The measure needs no teacher and no private labels beyond the GAN's own release. ``--ex-post`` also records the
+card's ex-post expected privacy-loss estimate (empirical, not DP: ``mechanisms/ex_post.py``).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def main() -> None:
     ap.add_argument("--critic", default="embedding")
     ap.add_argument("--config", default="{}", help="JSON dict of further GanOptions fields")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ex-post", action="store_true", help="also publish and record the ex-post estimate (synth --ex-post)")
     ap.add_argument("--json")
     args = ap.parse_args()
     prepare(Path("benchmarks/runs"))
@@ -70,14 +72,15 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             t0 = time.perf_counter()
             card = synthesize(f"{DATA}:train", out=Path(d) / "synthetic.npz", input_size=(1, 28, 28), num_classes=10, eps=eps, samples=10000,
-                              seed=args.seed, seeded_noise=True, grid=grid, gan=gan)
+                              seed=args.seed, seeded_noise=True, grid=grid, gan=gan, ex_post=args.ex_post)
             wall = time.perf_counter() - t0
             acc = synthetic_to_real(Path(d) / "synthetic.npz", evaluation)
         row = {"critic": args.critic, "target_epsilon": eps, "epsilon": card["guarantee"]["epsilon"], "scope": card["guarantee"]["scope"],
                "seed": args.seed, "synthetic_to_real_accuracy": acc, "classifier": "logistic regression on scattering features (J=2, L=8)",
                "evaluation_data": "fashion-mnist test images 5000..9999", "mechanism": card["mechanism"], "wall_seconds": round(wall, 1),
-               "grid": str(grid), "command": f"python benchmarks/dpgan_quality.py --eps {eps:g} --critic {args.critic}"
-               + (f" --config '{args.config}'" if args.config != "{}" else "")}
+               "grid": str(grid), "empirical": card.data.get("empirical"),
+               "command": f"python benchmarks/dpgan_quality.py --eps {eps:g} --critic {args.critic}"
+               + (f" --config '{args.config}'" if args.config != "{}" else "") + (" --ex-post" if args.ex_post else "")}
         print(f"ε={eps:g} ({args.critic}): synthetic→real {acc:.4f}, ε on the card {row['epsilon']:.4f}, {wall:.0f} s", flush=True)
         append_row(row, args.json)
 

@@ -146,8 +146,9 @@ class AuditReport:
     """One audit: its results, the policy, any membership-inference results; writes the JSON report and the HTML page
     (all or nothing) and appends the Markdown table (a CI job summary)."""
 
-    def __init__(self, results: list, policy, membership: Optional[dict] = None, roots=()) -> None:
+    def __init__(self, results: list, policy, membership: Optional[dict] = None, roots=(), inversion: Optional[dict] = None) -> None:
         self.results, self.policy, self.membership, self.roots = results, policy, membership or {}, tuple(roots)
+        self.inversion = inversion or {}
 
     @property
     def passed(self) -> bool:
@@ -157,6 +158,8 @@ class AuditReport:
         d = {"policy": self.policy.to_dict(), "passed": self.passed, "models": [r.to_dict() for r in self.results]}
         if self.membership:
             d["membership_inference"] = self.membership
+        if self.inversion:
+            d["model_inversion"] = self.inversion
         return d
 
     def markdown(self) -> str:

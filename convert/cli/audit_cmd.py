@@ -41,6 +41,9 @@ def audit(
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the ROC curves to this PNG.", rich_help_panel=MIA)] = None,
     reference_models: Annotated[int, typer.Option("--reference-models", help="Train N cheap reference students on random halves of members ∪ non-members (LiRA with per-example calibration).", rich_help_panel=MIA)] = 0,
     reference_epochs: Annotated[int, typer.Option("--reference-epochs", help="Epochs per reference student.", rich_help_panel=MIA)] = 3,
+    inversion: Annotated[bool, typer.Option("--inversion", help="Also run a model-inversion attack: one image per class recovered from the "
+                                            "model (and --teacher) by black-box gradient ascent, scored by its distance to the nearest "
+                                            "--members record of its class.", rich_help_panel=MIA)] = False,
     write_card: Annotated[bool, typer.Option("--write-card", help="Record the results in each model's card (audit block, labelled empirical).", rich_help_panel=MIA)] = False,
     arch: Arch = None, num_classes: NumClasses = None, input_size: InputSize = None, mean: Mean = None, std: Std = None,
 ) -> None:
@@ -62,13 +65,27 @@ def audit(
         policy = Policy(max_eps, max_delta, require_scope, max_record_eps, min_accuracy, allow_missing, allow_seeded_noise, require_signature,
                         str(trusted_keys) if trusted_keys else None, max_per_image_eps)
         results = run_audit(paths, policy)
-        if (members is None) != (non_members is None):
+        if (members is None) != (non_members is None) and not (inversion and members is not None):
             raise DpconvertError("membership inference needs both --members and --non-members")
+        if inversion and members is None:
+            raise DpconvertError("--inversion scores the recovered images against the private records: give --members")
     except DpconvertError as e:
         _exit_usage(str(e))
     print_audit(results, roots=paths)
-    mia = {}
-    if members is not None:
+    mia, inverted = {}, {}
+    if inversion:
+        from dpconvert.auditing.inversion import inversion_audit
+
+        from .render import inversion_table
+
+        try:
+            load = _load_options(arch, num_classes, None, input_size, mean, std, None, False)
+            inverted = {r.path: inversion_audit(r.path, members, teacher=teacher, load_options=load) for r in results
+                        if not r.path.endswith(".card.json")}
+        except DpconvertError as e:
+            _exit_usage(str(e))
+        inversion_table(inverted)
+    if members is not None and non_members is not None:
         try:
             from dpconvert.auditing.membership import membership_audits
 
@@ -83,7 +100,7 @@ def audit(
 
             for path, entry in mia.items():
                 record_in_card(path, entry, members, non_members)
-    report = AuditReport(results, policy, mia, paths)
+    report = AuditReport(results, policy, mia, paths, inversion=inverted)
     report.write(json_path, markdown_path, html_path)
     if not report.passed:
         raise typer.Exit(1)

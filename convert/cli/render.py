@@ -245,3 +245,16 @@ def membership_table(report: dict) -> None:
                 t.add_row(Path(path).name, target, name, f"{m['auc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]", f"{m['advantage']:.3f}",
                           f"{m['tpr_at_0.1%_fpr']:.4f}", f"{m['tpr_at_1%_fpr']:.4f}")
     out.print(t)
+
+
+def inversion_table(report: dict) -> None:
+    """The model-inversion results (``auditing.inversion.inversion_audit``) as a table."""
+    from rich.table import Table
+
+    t = Table(title="model inversion (empirical evidence, not a guarantee): ratio < 1 = closer to a private record than records are to each other")
+    for col in ("model", "target", "class confidence", "nearest record (RMS)", "records' own NN (RMS)", "ratio"):
+        t.add_column(col)
+    for path, targets in report.items():
+        for target, r in targets.items():
+            t.add_row(Path(path).name, target, f"{r['confidence']:.3f}", f"{r['nearest_distance']:.3f}", f"{r['baseline']:.3f}", f"{r['ratio']:.2f}")
+    out.print(t)
