@@ -96,22 +96,12 @@ def score(recovered, confidence, records, labels, queries: int, steps: int, targ
 def inversion_audit(model_path: str, members: str, *, teacher: Optional[str] = None, load_options=None, steps: int = 150,
                     seed: int = 0) -> dict[str, dict]:
     """{target: result} for the model (and the teacher, when given), scored against the private ``members``."""
-    from dataclasses import replace
-
     from dpconvert.io.data import load_data
     from dpconvert.io.spec import InputSpec
-    from dpconvert.io.teachers import LoadOptions, load_teacher
 
-    from .membership import _card_of
+    from .membership import attack_targets
 
-    opts = load_options or LoadOptions()
-    card = _card_of(model_path)
-    if card is not None:  # the card knows the student's input normalisation
-        mdl = card.data["model"]
-        opts = replace(opts, mean=opts.mean or tuple(mdl["mean"]), std=opts.std or tuple(mdl["std"]))
-    targets = {"model": load_teacher(model_path, opts)}
-    if teacher:
-        targets["teacher"] = load_teacher(teacher, replace(opts, mean=None, std=None) if card is not None else opts)
+    targets = attack_targets(model_path, teacher, load_options)
     out = {}
     for name, t in targets.items():
         plain = InputSpec(*t.spec.shape, t.spec.num_classes, mean=(0.0,) * t.spec.channels, std=(1.0,) * t.spec.channels)

@@ -189,6 +189,24 @@ def plot_roc(curves: dict[str, list[AttackResult]], path: str) -> None:
 _REFERENCE_CACHE: dict = {}
 
 
+def attack_targets(model_path: str, teacher: Optional[str] = None, load_options=None) -> dict:
+    """{"model": the audited model, "teacher": the teacher when given}, loaded for an attack; the model's card (when it
+    has one) says how its inputs are normalised, and then the teacher keeps its own normalisation."""
+    from dataclasses import replace
+
+    from dpconvert.io.teachers import LoadOptions, load_teacher
+
+    opts = load_options or LoadOptions()
+    card = _card_of(model_path)
+    if card is not None:
+        m = card.data["model"]
+        opts = replace(opts, mean=opts.mean or tuple(m["mean"]), std=opts.std or tuple(m["std"]))
+    targets = {"model": load_teacher(model_path, opts)}
+    if teacher:
+        targets["teacher"] = load_teacher(teacher, replace(opts, mean=None, std=None) if card is not None else opts)
+    return targets
+
+
 def membership_audit(model_path: str, members: str, non_members: str, *, teacher: Optional[str] = None, load_options=None,
                      limit: Optional[int] = None, bootstrap: int = 200, seed: int = 0, reference_models: int = 0,
                      reference_epochs: int = 3, on_progress: Optional[Callable] = None) -> dict[str, list[AttackResult]]:
@@ -197,22 +215,13 @@ def membership_audit(model_path: str, members: str, non_members: str, *, teacher
     With ``reference_models`` > 0 the reference students are trained once (on the
     model's input normalisation) and calibrate the attacks on every target.
     """
-    from dataclasses import replace
 
     from dpconvert.io.data import load_data
     from dpconvert.errors import DpconvertError
-    from dpconvert.io.teachers import LoadOptions, load_teacher
 
     if reference_models == 1 or reference_models < 0:
         raise DpconvertError("`reference_models` needs at least 2 models (each example must be IN for some and OUT for others)")
-    opts = load_options or LoadOptions()
-    card = _card_of(model_path)
-    if card is not None:  # the card knows the student's input normalisation
-        m = card.data["model"]
-        opts = replace(opts, mean=opts.mean or tuple(m["mean"]), std=opts.std or tuple(m["std"]))
-    targets = {"model": load_teacher(model_path, opts)}
-    if teacher:
-        targets["teacher"] = load_teacher(teacher, replace(opts, mean=None, std=None) if card is not None else opts)
+    targets = attack_targets(model_path, teacher, load_options)
     out, reference = {}, None
     for name, t in targets.items():
         mem = load_data(members, t.spec, require_labels=True)
