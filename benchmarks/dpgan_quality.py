@@ -72,7 +72,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             t0 = time.perf_counter()
             card = synthesize(f"{DATA}:train", out=Path(d) / "synthetic.npz", input_size=(1, 28, 28), num_classes=10, eps=eps, samples=10000,
-                              seed=args.seed, seeded_noise=True, grid=grid, gan=gan, ex_post=args.ex_post)
+                              seed=args.seed, seeded_noise=True, grid=grid, gan=gan, ex_post=args.ex_post,
+                              force=True)  # the grid of an earlier run of this row is replaced
             wall = time.perf_counter() - t0
             acc = synthetic_to_real(Path(d) / "synthetic.npz", evaluation)
         row = {"critic": args.critic, "target_epsilon": eps, "epsilon": card["guarantee"]["epsilon"], "scope": card["guarantee"]["scope"],
