@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from dpconvert.auditing.inversion import invert, score
@@ -29,6 +30,14 @@ def test_the_score_is_zero_for_a_recovered_training_image_and_large_for_noise():
     assert leaked.nearest_distance == 0 and leaked.ratio == 0
     noise = score(torch.full((10, 1, 8, 8), 0.5), torch.ones(10), records, labels, 0, 0, "model")
     assert noise.nearest_distance > 0 and noise.ratio > leaked.ratio
+    flat = records.reshape(200, -1)  # the chunked distances against the record × record matrix, computed in full
+    medians = []
+    for c in range(10):
+        own = flat[labels == c]
+        d = np.sqrt(((own[:, None] - own[None]) ** 2).mean(2))
+        np.fill_diagonal(d, np.inf)
+        medians.append(np.median(d.min(1)))
+    assert noise.baseline == pytest.approx(np.mean(medians), rel=1e-5)
 
 
 def test_audit_reports_the_inversion_of_the_model_and_its_teacher(tmp_path, cli):

@@ -76,21 +76,40 @@ def invert(model, spec, *, steps: int = 150, population: int = 24, sigma: float 
     return p, confidence, steps * population * k + k
 
 
-def score(recovered, confidence, records, labels, queries: int, steps: int, target: str) -> InversionResult:
-    """Distances of each class's recovered image to that class's private records (all pixels in [0, 1])."""
-    x = records.reshape(len(records), -1).astype(np.float64)
+def score(recovered, confidence, records, labels, queries: int, steps: int, target: str, baseline_sample: int = 300) -> InversionResult:
+    """Distances of each class's recovered image to that class's private records (all pixels in [0, 1]); distances are
+    computed in chunks (60 000 records of 3×64×64 fit: no record × record matrix is ever held)."""
+    import torch
+
+    x = torch.as_tensor(records.reshape(len(records), -1), dtype=torch.float32)
+    dim = x.shape[1]
     nearest, baseline = [], []
-    for cls, image in enumerate(recovered.reshape(len(recovered), -1).numpy().astype(np.float64)):
-        own = x[labels == cls]
+    for cls, image in enumerate(recovered.reshape(len(recovered), -1).float()):
+        own = x[torch.as_tensor(labels == cls)]
         if len(own) < 2:
             continue
-        nearest.append(np.sqrt(((own - image) ** 2).mean(1)).min())
-        sample = own[: min(len(own), 300)]
-        d = np.sqrt(((sample[:, None, :] - own[None, :, :]) ** 2).mean(2))
-        d[np.arange(len(sample)), np.arange(len(sample))] = np.inf
-        baseline.append(np.median(d.min(1)))
+        nearest.append(float(_nearest(image[None], own)[0]) / dim ** 0.5)
+        sample = own[: min(len(own), baseline_sample)]
+        d = _nearest(sample, own, exclude_self=True)  # the sample is the first rows of ``own``
+        baseline.append(float(np.median(d.numpy())) / dim ** 0.5)
     near, base = float(np.mean(nearest)), float(np.mean(baseline))
     return InversionResult(target, float(confidence.mean()), near, base, near / base if base > 0 else float("inf"), steps, queries)
+
+
+def _nearest(queries, pool, exclude_self: bool = False, chunk: int = 4096):
+    """Euclidean distance from each query to its nearest row of ``pool`` (with ``exclude_self``, query i is pool row i
+    and is skipped)."""
+    import torch
+
+    best = torch.full((len(queries),), float("inf"))
+    for start in range(0, len(pool), chunk):
+        d = torch.cdist(queries.double(), pool[start:start + chunk].double())
+        if exclude_self:
+            rows = torch.arange(len(queries))
+            inside = (rows >= start) & (rows < start + len(d[0]))
+            d[rows[inside], rows[inside] - start] = float("inf")
+        best = torch.minimum(best, d.min(1).values.float())
+    return best
 
 
 def inversion_audit(model_path: str, members: str, *, teacher: Optional[str] = None, load_options=None, steps: int = 150,
