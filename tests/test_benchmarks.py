@@ -50,3 +50,11 @@ def test_disjoint_teachers_smoke(tmp_path):
     [row] = rows
     assert row["scope"] == "record" and row["epsilon"] <= 8 + 1e-9 and row["audit_passed"] and row["partitions"] == 3
     assert row["command"].startswith("dpconvert ") and "--disjoint-partitions 3" in row["command"]
+
+
+@pytest.mark.slow
+def test_inversion_audit_smoke(tmp_path):
+    """The script behind RESULTS' inversion row, on the built-in teacher and the digits."""
+    [row] = _run([ROOT / "benchmarks/inversion_audit.py", "--teacher", "builtin:digits", "--private", "builtin:digits:train",
+                  "--convert", "--eps 1 --batch-size 2000 --epochs 1"], tmp_path)
+    assert row["teacher_confidence"] > 0.9 and row["model_ratio"] > 0 and row["audit_command"].startswith("dpconvert audit")
