@@ -76,9 +76,9 @@ def main() -> None:
                               force=True)  # the grid of an earlier run of this row is replaced
             wall = time.perf_counter() - t0
             acc = synthetic_to_real(Path(d) / "synthetic.npz", evaluation)
-        row = {"critic": args.critic, "target_epsilon": eps, "epsilon": card["guarantee"]["epsilon"], "scope": card["guarantee"]["scope"],
+        row = {"critic": args.critic, "target_epsilon": eps, "epsilon": card.data["guarantee"]["epsilon"], "scope": card.data["guarantee"]["scope"],
                "seed": args.seed, "synthetic_to_real_accuracy": acc, "classifier": "logistic regression on scattering features (J=2, L=8)",
-               "evaluation_data": "fashion-mnist test images 5000..9999", "mechanism": card["mechanism"], "wall_seconds": round(wall, 1),
+               "evaluation_data": "fashion-mnist test images 5000..9999", "mechanism": card.data["mechanism"], "wall_seconds": round(wall, 1),
                "grid": str(grid), "empirical": card.data.get("empirical"),
                "command": f"python benchmarks/dpgan_quality.py --eps {eps:g} --critic {args.critic}"
                + (f" --config '{args.config}'" if args.config != "{}" else "") + (" --ex-post" if args.ex_post else "")}
