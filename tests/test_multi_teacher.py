@@ -13,9 +13,11 @@ import math
 
 import pytest
 import torch
-from scipy.stats import norm
 
 from dpconvert.accounting import DisjointTeachersDpdfdAccountant, DpdfdAccountant, PerAnswerDpdfdAccountant
+
+from tests.gaussian_reference import gaussian_delta as _gaussian_delta
+from tests.gaussian_reference import pld_one_gaussian as _pld_one_gaussian
 
 DELTA = 1e-5
 
@@ -26,17 +28,6 @@ def _record(a, sigma: float, batch: int, releases: int, teachers: int):
     return a
 
 
-def _pld_one_gaussian(multiplier: float, delta: float) -> float:
-    import dp_accounting
-
-    acc = dp_accounting.pld.PLDAccountant()
-    acc.compose(dp_accounting.GaussianDpEvent(float(multiplier)))
-    return acc.get_epsilon(delta)
-
-
-def _gaussian_delta(eps: float, mu: float) -> float:
-    """δ(ε) of μ-GDP (Dong, Roth & Su 2019, Cor. 2.13)."""
-    return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
 
 
 @pytest.mark.parametrize("n,batch,releases,sigma", [(10, 1000, 1, 30.0), (250, 10_000, 1, 3.0), (50, 2000, 4, 12.0)])

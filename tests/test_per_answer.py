@@ -17,6 +17,9 @@ from scipy.stats import norm
 
 from dpconvert.accounting import DpdfdAccountant, PerAnswerDpdfdAccountant
 
+from tests.gaussian_reference import gaussian_delta as _gaussian_delta
+from tests.gaussian_reference import pld_one_gaussian as _pld_one_gaussian
+
 DELTA = 1e-5
 
 
@@ -27,18 +30,6 @@ def _accountant(cls, sigma: float, releases: int, batch: int = 1000, **kw):
     return a
 
 
-def _pld_one_gaussian(sigma: float, delta: float) -> float:
-    """dp-accounting's PLD of one Gaussian event, built here without dpconvert's code."""
-    import dp_accounting
-
-    acc = dp_accounting.pld.PLDAccountant()
-    acc.compose(dp_accounting.GaussianDpEvent(float(sigma)))
-    return acc.get_epsilon(delta)
-
-
-def _gaussian_delta(eps: float, mu: float) -> float:
-    """δ(ε) of μ-GDP (Dong, Roth & Su 2019, Cor. 2.13), for any real ε."""
-    return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
 
 
 @pytest.mark.parametrize("sigma", [2.0, 3.73, 10.0])
