@@ -19,6 +19,7 @@ STREAMS = {
     "dpgan_noise": 1002,  # `seeded_noise` only: the GAN critic's DP noise
     "holdout": 2000,  # DPDFD's held-out synthetic batch (the operator's progress display only)
     "prior_images": 3000,  # DPDFD's fixed prior images (data-free per-image targets)
+    "gan_images": 3001,  # DPDFD's fixed samples of the DP-critic GAN (`generator` dpgan)
 }
 # Private-kNN's in-run query generator is a whole DPDFD run of its own, seeded with seed + this: its streams sit at
 # seed + SUB_RUN_SHIFT + offset, above every stream of the run that starts it

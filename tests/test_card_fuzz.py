@@ -69,6 +69,8 @@ def _mutate(data: dict, where: tuple, how: str, pick: int) -> tuple[dict, str] |
             return None
         del parent[key]
     elif how == "type":
+        if old is None:  # a nullable field (`command`, `target_epsilon`, …): some other type is its non-null form, valid
+            return None
         choices = [v for v in OTHER_TYPES if _kind(v) != _kind(old)]
         parent[key] = choices[pick % len(choices)]
     elif how == "nest":

@@ -27,6 +27,7 @@ CASES = {
     "laplace": [("laplace", dict(scale=4.0, l1_sensitivity=1.0), 2)],
     "dpgan": _SGD,
     "pknn+dpgan": _SGD + _PKNN,
+    "dpdfd_per_answer+dpgan": _SGD + _DPDFD,
 }
 NOISE = ("sigma", "sigma1", "sigma2", "scale")
 

@@ -61,6 +61,9 @@ def _guarantee_lines(d: dict) -> list[str]:
         if "query_level_epsilon" not in g else  # several teachers on disjoint partitions: the headline is record-level
         f"- Query level, per answer (add/remove one answer of the teachers): ε = {_fmt(g['query_level_epsilon'])}",
     ]
+    if "queries_record_level_epsilon" in g:  # DPDFD on DP-critic GAN samples: the second scope
+        lines.append(f"- The queries' record level (add/remove one private record the DP-critic GAN was trained on; the queries and the "
+                     f"GAN are post-processing of its critic): ε = {_fmt(g['queries_record_level_epsilon'])}")
     if "per_image_epsilon" in g:
         lines.append(f"- All the answers about one public query image (public-image queries): ε = {_fmt(g['per_image_epsilon'])}")
     if "replace_one_epsilon" in g:

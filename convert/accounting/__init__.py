@@ -5,6 +5,7 @@ from .accountant import (
     Accountant,
     DpdfdAccountant,
     DpganAccountant,
+    DpganDpdfdAccountant,
     DpganPknnAccountant,
     DpsgdAccountant,
     Event,
@@ -16,6 +17,6 @@ from .accountant import (
     library_versions,
 )
 
-__all__ = ["ACCOUNTANTS", "Accountant", "DpdfdAccountant", "DpganAccountant", "DpganPknnAccountant", "DpsgdAccountant", "Event",
+__all__ = ["ACCOUNTANTS", "Accountant", "DpdfdAccountant", "DpganAccountant", "DpganDpdfdAccountant", "DpganPknnAccountant", "DpsgdAccountant", "Event",
            "GeneratorPknnAccountant", "LaplaceAccountant", "PerAnswerDpdfdAccountant", "DisjointTeachersDpdfdAccountant", "PknnAccountant",
            "library_versions"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import DpconvertError
 from ..registry import Registry
-from .adjacency import ADJACENCY_GENERATOR_PKNN, ADJACENCY_QUERY, ADJACENCY_RECORD, ADJACENCY_RECORD_COMPOSED, ADJACENCY_RECORD_DISJOINT  # noqa: F401  (one definition, used by plans and cards)
+from .adjacency import ADJACENCY_GENERATOR_PKNN, ADJACENCY_QUERY, ADJACENCY_RECORD, ADJACENCY_RECORD_COMPOSED, ADJACENCY_RECORD_DISJOINT, ADJACENCY_QUERY_GAN_QUERIES  # noqa: F401  (one definition, used by plans and cards)
 
 
 @dataclass
@@ -437,6 +437,60 @@ class DpganPknnAccountant(Accountant):
 
     def record_level_epsilon(self, *, delta: float) -> float:
         return self.epsilon(delta=delta)
+
+
+@ACCOUNTANTS.register("dpdfd_per_answer+dpgan")
+@dataclass
+class DpganDpdfdAccountant(Accountant):
+    """DPDFD (per-answer) whose queries are samples of a GAN with a DP critic trained on private records: two scopes.
+
+    - Query level (the headline, as for any DPDFD run): neighbouring teachers differ in one answer; the GAN never sees
+      the teacher, so its events are identical under both and the ε is the per-answer DPDFD bound alone.
+    - The queries' record level (``queries_record_level_epsilon``): add/remove one private record changes the GAN's
+      critic release only; the queries, and the GAN samples if published, are post-processing of it.
+    - Record-level worst case: a record may also change the teacher arbitrarily, so every DPDFD row may move (its
+      record-level composition) besides the critic: basic composition with each part at δ/2 (valid adaptively: the
+      queries depend on the GAN).
+    """
+
+    name: str = "dpdfd_per_answer+dpgan"
+    mechanisms: tuple[str, ...] = PerAnswerDpdfdAccountant.mechanisms + DpganAccountant.mechanisms
+    scope: str = "query"
+    adjacency: str = ADJACENCY_QUERY_GAN_QUERIES
+    max_answers: int = 1
+
+    def parts(self) -> tuple[PerAnswerDpdfdAccountant, DpganAccountant]:
+        dpdfd = [e for e in self.events if e.mechanism in PerAnswerDpdfdAccountant.mechanisms]
+        gan = [e for e in self.events if e.mechanism in DpganAccountant.mechanisms]
+        return PerAnswerDpdfdAccountant(events=dpdfd, max_answers=self.max_answers), DpganAccountant(events=gan)
+
+    def epsilons(self, *, delta: float) -> dict[str, float]:
+        return self.parts()[0].epsilons(delta=delta)
+
+    def cross_check(self, *, delta: float) -> dict[str, float]:
+        return self.parts()[0].cross_check(delta=delta)
+
+    def replace_one_epsilon(self, *, delta: float) -> float:
+        return self.parts()[0].replace_one_epsilon(delta=delta)
+
+    def per_image_epsilon(self, *, delta: float, max_rows: int) -> float:
+        return self.parts()[0].per_image_epsilon(delta=delta, max_rows=max_rows)
+
+    def queries_record_level_epsilon(self, *, delta: float) -> float:
+        """The DP critic's record-level ε: what one private record can change in the queries (and in the GAN)."""
+        return self.parts()[1].epsilon(delta=delta)
+
+    def record_level_epsilon(self, *, delta: float) -> float:
+        dpdfd, gan = self.parts()
+        return dpdfd.record_level_epsilon(delta=delta / 2) + gan.epsilon(delta=delta / 2)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "max_answers_per_input": self.max_answers}
+
+    def load_state_dict(self, state: dict) -> "DpganDpdfdAccountant":
+        super().load_state_dict(state)
+        self.max_answers = PerAnswerDpdfdAccountant().load_state_dict({**state, "accountant": "dpdfd_per_answer", "events": []}).max_answers
+        return self
 
 
 def library_versions() -> dict[str, str]:

@@ -15,6 +15,8 @@ NOT_COVERED_DATA = [
     "hyper-parameter choices tuned on private data, if any were",
 ]
 NOT_COVERED_PUBLIC_IMAGES = "the public query images (assumed public; not protected)"
+NOT_COVERED_GAN_QUERIES = ("the private records beyond guarantee.queries_record_level_epsilon (the DP-critic GAN that made the queries); "
+                           "through the teacher they are covered only by record_level_epsilon")
 COVERS_STUDENT = ["the released student model (weights and graph in this file)", "any later use of the student (post-processing)"]
 COVERS_STUDENT_AND_LABELS = ["the released student model (weights and graph in this file)", "the DP labels of the queries",
                              "any later use of the student (post-processing)"]
@@ -22,6 +24,7 @@ COVERS_DATA = ["the synthetic data set in this file and its sample grid", "any l
 
 # Each accountant's card may claim exactly one of these coverage lists (a data card: COVERS_DATA).
 COVERS = {"dpdfd": [COVERS_STUDENT], "dpdfd_per_answer": [COVERS_STUDENT], "dpdfd_disjoint_teachers": [COVERS_STUDENT],
+          "dpdfd_per_answer+dpgan": [COVERS_STUDENT],
           "pknn": [COVERS_STUDENT_AND_LABELS], "pknn+dpdfd_generator": [COVERS_STUDENT_AND_LABELS],
           "pknn+dpgan": [COVERS_STUDENT_AND_LABELS], "dpsgd": [COVERS_STUDENT], "laplace": [COVERS_STUDENT], "dpgan": [COVERS_DATA]}
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
-from dpconvert.accounting.statements import (COVERS, NO_NOISE_WARNING, NOT_COVERED, NOT_COVERED_DATA, NOT_COVERED_PUBLIC_IMAGES,
+from dpconvert.accounting.statements import (COVERS, NO_NOISE_WARNING, NOT_COVERED, NOT_COVERED_DATA, NOT_COVERED_GAN_QUERIES, NOT_COVERED_PUBLIC_IMAGES,
                                               PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1, SEEDED_WARNING, WEAK_PARITY_PREFIX)
 from dpconvert.accounting.statements import DELTA_CEILING, EX_POST_WARNING, LARGE_DELTA_PREFIX
 from dpconvert.errors import DpconvertError
@@ -26,7 +26,7 @@ ACCOUNTING_KEYS = {"accountant", "epsilons", "cross_check", "libraries", "calibr
 NOISE_KEYS = {"noise_rng", "noise_secret"}
 DPDFD_KEYS = {"method", "sigma", "clip", "batch_size", "releases", "distill_loss", "distinct_inputs", "query_source", "config",
               "method_choice", "public_images", "device_defaults", "distinct_across_releases", "max_answers_per_input", "teachers",
-              "disjoint_partitions"} | NOISE_KEYS
+              "disjoint_partitions", "query_generator"} | NOISE_KEYS
 DPDFD_REQUIRED = {"method", "sigma", "clip", "batch_size", "releases", "distinct_inputs", "config"} | NOISE_KEYS
 PKNN_KEYS = {"method", "k", "sampling_rate", "sampling", "sigma1", "threshold", "sigma2", "queries_asked", "queries_answered", "rounds",
              "features", "knn_search", "public_queries", "query_source", "labels", "config", "method_choice", "query_generator"} | NOISE_KEYS
@@ -74,8 +74,9 @@ def recompute(data: dict):
     out = {**accountant.epsilons(delta=delta), "record_level_epsilon": accountant.record_level_epsilon(delta=delta)}
     if hasattr(accountant, "replace_one_epsilon"):
         out["replace_one_epsilon"] = accountant.replace_one_epsilon(delta=delta)
-    if hasattr(accountant, "query_level_epsilon"):
-        out["query_level_epsilon"] = accountant.query_level_epsilon(delta=delta)
+    for key in ("query_level_epsilon", "queries_record_level_epsilon"):
+        if hasattr(accountant, key):
+            out[key] = getattr(accountant, key)(delta=delta)
     return accountant, out
 
 
@@ -121,12 +122,12 @@ def check_card(data: dict) -> tuple[dict, Problems]:
     p.check(g.get("adjacency") == accountant.adjacency, "guarantee.adjacency", f"does not match the {accountant.name!r} accountant's adjacency")
     _claims_at_least(p, g.get("epsilon"), true["epsilon"], "guarantee.epsilon")
     _claims_at_least(p, g.get("record_level_epsilon"), true["record_level_epsilon"], "guarantee.record_level_epsilon")
-    for key in ("replace_one_epsilon", "query_level_epsilon"):
+    for key in ("replace_one_epsilon", "query_level_epsilon", "queries_record_level_epsilon"):
         if key in true:
             _claims_at_least(p, g.get(key), true[key], f"guarantee.{key}")
     bounds = acct.get("epsilons") or {}
     for k in sorted(bounds):
-        if p.check(k in true and k not in ("epsilon", "query_level_epsilon"), f"accounting.epsilons.{k}", "not a bound this accountant computes"):
+        if p.check(k in true and k not in ("epsilon", "query_level_epsilon", "queries_record_level_epsilon"), f"accounting.epsilons.{k}", "not a bound this accountant computes"):
             _claims_at_least(p, bounds[k], true[k], f"accounting.epsilons.{k}")
     if acct.get("calibrated") and acct.get("target_epsilon") is not None:
         p.check(true["epsilon"] <= as_float(acct["target_epsilon"]) * (1 + REL_TOL), "accounting.target_epsilon",
@@ -165,6 +166,8 @@ def _check_statements(p: Problems, accountant, data: dict) -> None:
     required = list(NOT_COVERED_DATA if is_data else NOT_COVERED)
     if (data.get("mechanism") or {}).get("public_images") is not None:
         required.append(NOT_COVERED_PUBLIC_IMAGES)
+    if accountant.name == "dpdfd_per_answer+dpgan":
+        required.append(NOT_COVERED_GAN_QUERIES)
     kept = g.get("not_covered") if isinstance(g.get("not_covered"), list) else []
     missing = [s for s in required if s not in kept]
     p.check(not missing, "guarantee.not_covered", f"drops {missing[0]!r}" if missing else "")
@@ -230,7 +233,8 @@ def _check_events(p: Problems, accountant, data: dict) -> None:
 # ------------------------------------------------------------------ per accountant
 CHECKS: Registry[Callable] = Registry("card check")
 CHECKS_EXTRA_GUARANTEE = {"dpdfd": ("replace_one_epsilon", "per_image_epsilon"), "dpdfd_per_answer": ("replace_one_epsilon", "per_image_epsilon"),
-                          "dpdfd_disjoint_teachers": ("replace_one_epsilon", "per_image_epsilon", "query_level_epsilon")}
+                          "dpdfd_disjoint_teachers": ("replace_one_epsilon", "per_image_epsilon", "query_level_epsilon"),
+                          "dpdfd_per_answer+dpgan": ("replace_one_epsilon", "per_image_epsilon", "queries_record_level_epsilon")}
 
 
 def _check_dpdfd_block(p: Problems, m: dict, events: list, where: str, *, required: set, allowed: set) -> None:
@@ -257,6 +261,7 @@ def _check_dpdfd_block(p: Problems, m: dict, events: list, where: str, *, requir
 @CHECKS.register("dpdfd")
 def _check_dpdfd(p: Problems, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
+    p.check("query_generator" not in m, "mechanism.query_generator", f"a GAN's cost is not in these events (accountant {accountant.name!r})")
     p.check(m.get("method") == "dpdfd", "mechanism.method", f"{m.get('method')!r} but the events are DPDFD releases")
     _check_dpdfd_block(p, m, accountant.events, "mechanism", required=DPDFD_REQUIRED, allowed=DPDFD_KEYS)
     _check_public_images(p, m, accountant, data)
@@ -304,6 +309,16 @@ def _check_dpdfd_per_answer(p: Problems, accountant, data: dict) -> None:
 def _check_dpdfd_disjoint(p: Problems, accountant, data: dict) -> None:
     """Record-level through n teachers on disjoint partitions: everything per-answer accounting needs, and the teachers."""
     _check_dpdfd_per_answer(p, accountant, data)
+
+
+@CHECKS.register("dpdfd_per_answer+dpgan")
+def _check_dpdfd_gan_queries(p: Problems, accountant, data: dict) -> None:
+    """DPDFD on DP-critic GAN samples: the per-answer DPDFD card for the DPDFD events, the GAN block for the critic's."""
+    dpdfd_acc, gan_acc = accountant.parts()
+    m = data.get("mechanism") or {}
+    _check_dpdfd_per_answer(p, dpdfd_acc, {**data, "mechanism": {k: v for k, v in m.items() if k != "query_generator"}})
+    p.check(sum(e.count for e in gan_acc.events) >= 1, "accounting.state.events", "no DP-critic events, but the accountant composes a GAN")
+    _check_gan_info(p, m.get("query_generator"), gan_acc, "the events include a DP-critic GAN")
 
 
 def _check_public_images(p: Problems, m: dict, accountant, data: dict) -> None:
@@ -457,8 +472,12 @@ def _check_dpgan_pknn(p: Problems, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
     gan_acc, labels_acc = accountant.parts()
     _check_pknn_block(p, m, labels_acc.events)
-    info = m.get("query_generator")
-    if not p.check(isinstance(info, dict), "mechanism.query_generator", "missing: the composed events include a DP-critic GAN"):
+    _check_gan_info(p, m.get("query_generator"), gan_acc, "the composed events include a DP-critic GAN")
+
+
+def _check_gan_info(p: Problems, info, gan_acc, why: str) -> None:
+    """The query generator block of a DP-critic GAN trained in the run: its critic against the GAN's events."""
+    if not p.check(isinstance(info, dict), "mechanism.query_generator", f"missing: {why}"):
         return
     p.keys(info, "mechanism.query_generator", DPGAN_INFO_KEYS, DPGAN_INFO_KEYS)
     block = info.get("dpgan")

@@ -27,6 +27,9 @@ def print_plan(result: dict, to=None) -> None:
         rows = [("noise multiplier σ", sig), ("noisy releases T", str(result["steps"])), ("batch size B", str(result["batch_size"]))]
         if "teachers" in result:  # several teachers on disjoint partitions
             rows.append(("teachers n (disjoint partitions)", str(result["teachers"])))
+        if "queries_record_level_epsilon" in result:  # `generator` dpgan: the GAN's own record-level scope
+            rows += [("DP-critic GAN σ", f"{result['gan_sigma']:.4f}"), ("GAN samples queried", str(result["gan_images"])),
+                     ("queries' record-level ε", f"{result['queries_record_level_epsilon']:.4f}")]
     else:
         sig = f"{result['sigma2']:.4f}" + (" (calibrated)" if result["calibrated"] else "")
         rows = [("k", str(result["k"])), ("sampling rate γ", f"{result['sampling_rate']:g}"), ("σ1 (screening)", f"{result['sigma1']:g}"),
@@ -187,6 +190,8 @@ def print_summary(result, throughput: bool = False, show_timings: bool = False) 
         ("ε, δ (scope)", f"{g['epsilon'] if isinstance(g['epsilon'], str) else round(g['epsilon'], 4)}, {g['delta']:g} ({g['scope']})"),
         ("record-level worst case ε", str(g["record_level_epsilon"] if isinstance(g["record_level_epsilon"], str) else round(g["record_level_epsilon"], 2)))
         if "query_level_epsilon" not in g else ("query-level ε (per answer)", str(round(g["query_level_epsilon"], 4))),
+        *([("queries' record-level ε (DP-critic GAN)", str(round(g["queries_record_level_epsilon"], 4)))]
+          if "queries_record_level_epsilon" in g else []),
         ("ONNX parity", f"max |Δ| {d['export']['parity']['max_abs_diff']:.1e}, top-1 agreement {d['export']['parity']['top1_agreement']:.3f}"),
     ]
     if private and not show_timings:

@@ -16,12 +16,12 @@ from typing import Optional
 
 from dpconvert.errors import DpconvertError
 
-from dpconvert.accounting.statements import NO_NOISE_WARNING, NOT_COVERED_PUBLIC_IMAGES
+from dpconvert.accounting.statements import NO_NOISE_WARNING, NOT_COVERED_GAN_QUERIES, NOT_COVERED_PUBLIC_IMAGES
 
 from .dpdfd_options import (
     PUBLIC_TARGETS, PER_IMAGE_BATCH, DpdfdOptions, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
     draw_prior_images, fixed_prior_images, device_kind, default_batch_size, default_epochs, default_student_lr,
-    default_minibatch, check_prior_name, check_generator_path, distinct_answers_warning,
+    default_minibatch, check_prior_name, check_generator_path, distinct_answers_warning, GAN_QUERIES, gan_images,
 )
 from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, register
 
@@ -35,21 +35,41 @@ class Dpdfd(Method):
     summary = "data-free DPDFD (query-level)"
     distributed = True
 
+    def check_distributed(self, run, opts: DpdfdOptions) -> None:
+        super().check_distributed(run, opts)
+        if opts.generator == GAN_QUERIES:
+            raise DpconvertError("`generator` dpgan trains its GAN in one process only: run it without torchrun")
+
     def check(self, run, opts: DpdfdOptions, out: Optional[Path] = None) -> None:
+        if opts.generator == GAN_QUERIES:
+            self._check_gan_queries(run, opts)
+        elif run.private_data:
+            raise DpconvertError("DPDFD reads no private data: drop `private_data`, add `generator` dpgan (queries from a GAN with a DP "
+                                 "critic trained on it), or choose a record-level `method` (dpsgd, pknn)")
         if run.public_data and opts.prior:
             raise DpconvertError("`prior` picks the data-free query prior and `public_data` replaces it: drop one of them")
         if opts.public_targets == "per-image" and not (run.public_data or opts.prior_images):
             raise DpconvertError(f"`public_targets` {opts.public_targets} averages the answers about each image: it needs `public_data` "
                                  "or `prior_images` N")
-        if opts.prior_images and (opts.generator or opts.public_targets == "rows"):
+        if opts.prior_images and opts.generator != GAN_QUERIES and (opts.generator or opts.public_targets == "rows"):
             raise DpconvertError("`prior_images` averages the targets of fixed prior images: drop `generator` and `public_targets` rows, "
                                  "or `prior_images`")
-        if opts.public_targets == "per-image" and opts.generator:
+        if opts.public_targets == "per-image" and opts.generator and opts.generator != GAN_QUERIES:
             raise DpconvertError(f"`public_targets` {opts.public_targets} and `generator` are alternatives: drop one of them")
         if opts.prior:
             check_prior_name(opts.prior)
         if opts.save_generator:
-            check_generator_path(opts.save_generator, out, opts.generator is not None, run.force)
+            check_generator_path(opts.save_generator, out, opts.generator not in (None, GAN_QUERIES), run.force)
+
+    def _check_gan_queries(self, run, opts: DpdfdOptions) -> None:
+        """`generator` dpgan: private records to train the GAN on, and nothing that would replace its samples."""
+        if not run.private_data:
+            raise DpconvertError("`generator` dpgan trains a GAN with a DP critic on `private_data`: give the private data")
+        clashes = [(run.public_data, "`public_data`"), (opts.prior, "`prior`"), (opts.public_targets == "rows", "`public_targets` rows"),
+                   (opts.disjoint_partitions, "`disjoint_partitions`"), (opts.accounting != "per-answer", "`accounting` composed")]
+        for given, name in clashes:
+            if given:
+                raise DpconvertError(f"`generator` dpgan makes the queries from the DP-critic GAN: drop {name}")
 
     def plan(self, run, opts: DpdfdOptions, spec, queries: Optional[int] = None) -> dict:
         from dpconvert.accounting.planning import plan_dpdfd
@@ -64,7 +84,26 @@ class Dpdfd(Method):
         plan = plan_dpdfd(eps=run.eps, delta=delta, steps=opts.releases, batch_size=batch_size, noise_multiplier=run.noise_multiplier,
                           per_answer=opts.accounting == "per-answer", disjoint_teachers=opts.disjoint_partitions or 0)
         plan["student_epochs"] = opts.epochs or default_epochs(spec, run.device)
+        if opts.generator == GAN_QUERIES:
+            plan.update(self._plan_gan_queries(run, opts, plan))
         return plan
+
+    def _plan_gan_queries(self, run, opts: DpdfdOptions, plan: dict) -> dict:
+        """`generator` dpgan: the critic's planned event beside the planned releases, replayed by the accountant the run
+        records to, so the plan's second scope and record-level worst case are the card's."""
+        from dpconvert.accounting import DpganDpdfdAccountant
+
+        from .dpgan import planned_events
+
+        acc = DpganDpdfdAccountant(events=planned_events(opts.gan, self._gan_epsilon(run, opts), plan["delta"]))
+        acc.record("normalised_gaussian_release", count=plan["steps"], sigma=plan["sigma"], clip=opts.clip, batch_size=plan["batch_size"])
+        return {"adjacency": acc.adjacency, "record_level_epsilon": acc.record_level_epsilon(delta=plan["delta"]),
+                "queries_record_level_epsilon": acc.queries_record_level_epsilon(delta=plan["delta"]),
+                "gan_sigma": acc.parts()[1].events[0].params["sigma"], "gan_images": gan_images(opts)}
+
+    @staticmethod
+    def _gan_epsilon(run, opts: DpdfdOptions) -> float:
+        return opts.generator_eps if opts.generator_eps is not None else run.eps
 
     def run(self, ctx, opts: DpdfdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
@@ -86,10 +125,14 @@ class Dpdfd(Method):
         warnings = self._warnings(run, plan)
         if on_plan:
             on_plan(plan)
+        gan = self._train_gan(ctx, opts, spec, run.delta, on_progress) if opts.generator == GAN_QUERIES else None
         torch.manual_seed(run.seed)
-        student, student_name, prior, source, generator = self._models(run, opts, spec)
+        student, student_name, prior, source, generator = self._models(run, opts, spec, gan)
         cfg = self._engine_config(run, opts, plan, generator, spec, prior)
-        accountant = ACCOUNTANTS.get("dpdfd_disjoint_teachers" if opts.disjoint_partitions else ACCOUNTING[opts.accounting])()
+        accountant = ACCOUNTANTS.get(self._accountant_name(opts))()
+        if gan is not None:  # the critic's release comes first: the queries are post-processing of it
+            for e in gan.accountant_state["events"]:
+                accountant.record(e["mechanism"], count=e["count"], **e["params"])
         warnings += ctx.noise.warnings
         job = Engine(teacher, student, generator, cfg, accountant, device=run.device, prior=prior, noise=ctx.noise, world=ctx.world)
         check_teacher(teacher, job.probe_inputs(PROBE_SIZE))  # row independence and finite answers, before any release
@@ -107,15 +150,9 @@ class Dpdfd(Method):
             raise DpconvertError(f"internal error: the mechanism's releases and ε differ from the plan's ({opts.releases}, ε={plan['epsilon']}); "
                                  "nothing was written")
         mechanism = self._mechanism_block(run, opts, plan, cfg, ctx.noise.card_fields, source, generator, job.members)
-        claims = Claims(covers=list(COVERS_STUDENT), not_covered=NOT_COVERED + ([NOT_COVERED_PUBLIC_IMAGES] if run.public_data else []),
-                        calibrated=plan["calibrated"], target_epsilon=run.eps if plan["calibrated"] else None,
-                        extra={"replace_one_epsilon": accountant.replace_one_epsilon(delta=run.delta)})
-        if opts.disjoint_partitions:  # the headline is record-level; the per-answer bound stays beside it
-            claims.extra["query_level_epsilon"] = accountant.query_level_epsilon(delta=run.delta)
-        images = job.public_image_counts()
-        if images is not None:  # public queries: how much one source image weighs, and the ε for all of its answers
-            mechanism["public_images"] = images
-            claims.extra["per_image_epsilon"] = accountant.per_image_epsilon(delta=run.delta, max_rows=images["max_rows_per_image"])
+        claims = self._claims(run, opts, plan, accountant, mechanism, job.public_image_counts())
+        if gan is not None:
+            mechanism["query_generator"] = self._gan_info(gan, run, opts)
         extra = {}
         if opts.save_generator:
             from dpconvert.generators.saved import generator_bytes
@@ -127,6 +164,40 @@ class Dpdfd(Method):
             extra_files=extra, generator=generator, mechanism=mechanism, accountant=accountant, delta=run.delta, claims=claims)
 
     # ------------------------------------------------------------ pieces of run
+    @staticmethod
+    def _claims(run, opts: DpdfdOptions, plan: dict, accountant, mechanism: dict, images) -> Claims:
+        """What the card states beside the headline ε: the other adjacencies' bounds the same events give."""
+        claims = Claims(covers=list(COVERS_STUDENT), not_covered=NOT_COVERED + ([NOT_COVERED_PUBLIC_IMAGES] if run.public_data else []),
+                        calibrated=plan["calibrated"], target_epsilon=run.eps if plan["calibrated"] else None,
+                        extra={"replace_one_epsilon": accountant.replace_one_epsilon(delta=run.delta)})
+        if opts.disjoint_partitions:  # the headline is record-level; the per-answer bound stays beside it
+            claims.extra["query_level_epsilon"] = accountant.query_level_epsilon(delta=run.delta)
+        if opts.generator == GAN_QUERIES:  # the second scope: the private records the GAN's critic read
+            claims.extra["queries_record_level_epsilon"] = accountant.queries_record_level_epsilon(delta=run.delta)
+            claims.not_covered.append(NOT_COVERED_GAN_QUERIES)
+        if images is not None:  # public queries: how much one source image weighs, and the ε for all of its answers
+            mechanism["public_images"] = images
+            claims.extra["per_image_epsilon"] = accountant.per_image_epsilon(delta=run.delta, max_rows=images["max_rows_per_image"])
+        return claims
+
+    @staticmethod
+    def _accountant_name(opts: DpdfdOptions) -> str:
+        if opts.disjoint_partitions:
+            return "dpdfd_disjoint_teachers"
+        return "dpdfd_per_answer+dpgan" if opts.generator == GAN_QUERIES else ACCOUNTING[opts.accounting]
+
+    def _train_gan(self, ctx, opts: DpdfdOptions, spec, delta: float, on_progress):
+        """The DP-critic GAN on the private records (opened only by the privacy kernel), at its own record-level ε and the run's δ."""
+        from .dpgan import train_dpgan
+
+        return train_dpgan(ctx, opts.gan, spec, self._gan_epsilon(ctx.run, opts), delta, on_progress)
+
+    def _gan_info(self, gan, run, opts: DpdfdOptions) -> dict:
+        from .dpgan import DPGAN_GENERATOR
+
+        return {"trained_in_this_run": True, "architecture": f"{DPGAN_GENERATOR} generator, DP critic ({gan.mechanism['critic']})",
+                "samples": gan_images(opts), "dpgan_epsilon_at_its_delta": gan.epsilon, "its_delta": run.delta, "dpgan": gan.mechanism}
+
     def _warnings(self, run, plan) -> list:
         warnings = []
         if plan["sigma"] == 0:
@@ -136,7 +207,7 @@ class Dpdfd(Method):
             warnings.append(w)
         return warnings
 
-    def _models(self, run, opts: DpdfdOptions, spec):
+    def _models(self, run, opts: DpdfdOptions, spec, gan=None):
         """(student, its name, query prior, query-source description, learned generator or None)."""
         from dpconvert.generators import PRIORS, create_generator, default_prior_name
         from dpconvert.students import create_student, default_student_name
@@ -163,6 +234,9 @@ class Dpdfd(Method):
                 prior = PublicImageSource(public.x)
                 how = "views under sub-pixel shifts, flips and mixup; one noisy target per view"
             source = f"public images {run.public_data} ({len(public)}, unlabelled; {how}) — not data-free"
+        elif gan is not None:
+            prior, source = self._gan_source(run, opts, spec, gan)
+            return student, student_name, prior, source, None
         elif n_prior := prior_images(run, opts, spec):
             prior, source = fixed_prior_images(run, opts, spec, n_prior)
         else:
@@ -170,6 +244,19 @@ class Dpdfd(Method):
             prior, source = create_generator(name, spec), PRIORS[name]
         generator = create_generator(opts.generator, spec) if opts.generator else None
         return student, student_name, prior, source, generator
+
+    @staticmethod
+    def _gan_source(run, opts: DpdfdOptions, spec, gan):
+        """N fixed samples of the DP-critic GAN (class-balanced, from the seed), queried as views like public images."""
+        from dpconvert.generators.public_images import PublicImageSource
+        from dpconvert.generators.saved import sample_queries
+        from dpconvert.seeds import stream
+
+        n = gan_images(opts)
+        images = sample_queries(gan.generator, n, spec.num_classes, stream("gan_images", run.seed))
+        return (PublicImageSource(images, mix_prob=0.0, public=False),
+                f"{n} samples of a GAN with a DP critic ({gan.mechanism['critic']}) trained on the private data in this run, views under "
+                "sub-pixel shifts and flips; the released targets averaged per image and denoised — not data-free")
 
     def _engine_config(self, run, opts: DpdfdOptions, plan: dict, generator, teacher_spec, prior):
         from dpconvert.distill.config import DpdfdConfig

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 from dpconvert.errors import DpconvertError
-from dpconvert.option_fields import check_choices, option
+from dpconvert.option_fields import check_choices, changed_options, nested, option
 from dpconvert.seeds import stream
+
+from .dpgan import GanOptions
 
 DEFAULT_DISTILL_LOSS = "logits"  # chosen by benchmark (benchmarks/RESULTS.md)
 RELEASE_ROWS_DEFAULT = 2048  # the student's minibatch over released rows (small inputs)
@@ -26,6 +28,7 @@ PER_IMAGE_BATCH = 1_000_000  # per-image targets: rows per release by default (2
 DEFAULT_PRIOR_IMAGES = 2500
 AMP = ("bf16", "off")
 ACCOUNTING = {"per-answer": "dpdfd_per_answer", "composed": "dpdfd"}  # `accounting` → the accountant
+GAN_QUERIES = "dpgan"  # `generator` dpgan: the queries are samples of a GAN with a DP critic trained on `private_data`
 DISTILL_LOSS_NAMES = ("logits", "ce", "kd")  # mechanisms/output_gradients.py: DISTILL_LOSSES (a test keeps them equal)
 
 
@@ -41,7 +44,13 @@ class DpdfdOptions:
                                    "the images, 400 000 views in all by default).", default_text="from the input size")
     distill_loss: str = option(DEFAULT_DISTILL_LOSS, help="L_T: logits (centred logit matching, the whole class ranking per query), ce "
                                "(the paper's: teacher argmax only) or kd.", choices=DISTILL_LOSS_NAMES)
-    generator: Optional[str] = option(None, help="A learned generator mixed with the data-free prior (e.g. dafl).", default_text="the prior only")
+    generator: Optional[str] = option(None, help="A learned generator mixed with the data-free prior (e.g. dafl), or dpgan: the queries are "
+                                      "views of samples of a GAN with a DP critic trained on `private_data` (record-level for those "
+                                      "records, stated beside the query-level ε).", default_text="the prior only")
+    generator_eps: Optional[float] = option(None, help="With `generator` dpgan: the DP-critic GAN's record-level ε (its own scope, at the "
+                                            "run's δ; the teacher's answers keep `eps`).", default_text="`eps`", plan=True)
+    gan: GanOptions = nested(GanOptions, prefix="gan", panel="DPDFD: DP-critic GAN queries (`generator` dpgan)",
+                             help="`generator` dpgan: the DP-critic GAN trained on the private data (methods/dpgan.py)")
     prior: Optional[str] = option(None, help="The data-free query prior: random_fields (smooth blobs and strokes) or centred_fields (the same "
                                   "inside a centred ellipse).", default_text="from the input size")
     prior_pool: int = option(10, help="Later releases pick a class-balanced selection out of pool × B prior samples.", cli=False)
@@ -83,6 +92,8 @@ class DpdfdOptions:
                                            "images, those the student is least sure about (0: every image in every release).", cli=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.gan, dict):  # rebuilt from ``dataclasses.asdict`` (Private-kNN's in-run generator options)
+            self.gan = GanOptions(**self.gan)
         if self.releases < 1:
             raise DpconvertError("`releases` must be >= 1")
         if self.batch_size is not None and self.batch_size < 1:
@@ -103,6 +114,13 @@ class DpdfdOptions:
             raise DpconvertError("`disjoint_partitions` N must be >= 2 (one teacher per partition); drop it for one teacher")
         if self.disjoint_partitions is not None and self.accounting != "per-answer":
             raise DpconvertError("`disjoint_partitions` uses per-answer accounting for its query-level bound: drop `accounting` composed")
+        if self.generator_eps is not None and not (self.generator_eps > 0 and math.isfinite(self.generator_eps)):
+            raise DpconvertError("`generator_eps` must be a finite number > 0")
+        if self.generator != GAN_QUERIES:
+            if self.generator_eps is not None:
+                raise DpconvertError("`generator_eps` is the DP-critic GAN's ε: use it with `generator` dpgan")
+            if changed_options(self.gan):
+                raise DpconvertError(f"`gan_{changed_options(self.gan)[0]}` configures the DP-critic GAN: use it with `generator` dpgan")
         check_choices(self)
 
 
@@ -130,16 +148,25 @@ def prior_images(run, opts: DpdfdOptions, spec) -> int:
     """Fixed prior images whose views are queried (data-free per-image targets); 0 for one target per prior sample."""
     if opts.prior_images is not None:
         return opts.prior_images
+    if opts.generator == GAN_QUERIES:
+        return 0  # the GAN's samples are the query images (gan_images)
     other_source = run.public_data or opts.generator or opts.public_targets == "rows"
     return DEFAULT_PRIOR_IMAGES if not other_source and 256 < spec.channels * spec.height * spec.width <= 1024 else 0
 
 
 def public_targets(run, opts: DpdfdOptions, spec) -> str:
-    """What the student learns from: as given, else per-image for public images or fixed prior images without a
-    generator, else rows."""
+    """What the student learns from: as given, else per-image for public images, fixed prior images without a
+    generator or DP-critic GAN samples, else rows."""
     if opts.public_targets is not None:
         return opts.public_targets
+    if opts.generator == GAN_QUERIES:
+        return "per-image"
     return "per-image" if not opts.generator and (run.public_data or prior_images(run, opts, spec)) else "rows"
+
+
+def gan_images(opts: DpdfdOptions) -> int:
+    """`generator` dpgan: how many fixed GAN samples are queried (as views, targets averaged per image)."""
+    return opts.prior_images or DEFAULT_PRIOR_IMAGES
 
 
 def draw_prior_images(run, opts: DpdfdOptions, spec, n: int):

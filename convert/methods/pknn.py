@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Optional
 
 from dpconvert.errors import DpconvertError
@@ -66,12 +66,12 @@ class PrivateKnn(Method):
         own = option_names(PknnOptions)
         dpdfd = {k: values.pop(k) for k in list(values) if k not in own and k in option_names(DpdfdOptions)}
         if dpdfd:
-            values["generator_run"] = DpdfdOptions(**{**asdict(values.get("generator_run") or DpdfdOptions()), **dpdfd})
+            values["generator_run"] = replace(values.get("generator_run") or DpdfdOptions(), **dpdfd)
         return super().options(values)
 
     def check(self, run, opts: PknnOptions, out=None) -> None:
         """The query flags, before the private data (or minutes of DPDFD) are touched."""
-        g, default = opts.generator_run, DpdfdOptions()
+        g = opts.generator_run
         if not run.private_data:
             raise DpconvertError("Private-kNN needs the private training data: give `private_data` PATH (labelled)")
         if run.noise_multiplier is not None:
@@ -85,7 +85,7 @@ class PrivateKnn(Method):
             from .dpdfd import check_prior_name
 
             check_prior_name(g.prior)
-        changed = [k for k, v in asdict(g).items() if v != getattr(default, k) and k not in ("prior", "save_generator")]
+        changed = [k for k in changed_options(g) if k not in ("prior", "save_generator")]
         if changed and source != "train":
             raise DpconvertError(f"`{changed[0]}` is DPDFD's (with Private-kNN it configures the generator trained in the run): add `query_generator` train or drop it")
         if opts.generator_eps is not None and source not in ("train", "dpgan"):
