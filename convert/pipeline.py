@@ -72,6 +72,9 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
     if getattr(opts, "disjoint_partitions", None):  # the teachers' statement makes DPDFD's bound record-level
         reason = (f"{opts.disjoint_partitions} teachers on disjoint partitions of the private data (`disjoint_partitions`): DPDFD "
                   "averaging their rows, record-level")
+    elif getattr(opts, "generator", None) == "dpgan":  # the queries come from the private data: not data-free
+        reason = ("chosen by name: DPDFD (query-level for the teacher's answers) on samples of a DP-critic GAN trained on the private "
+                  "data (record-level for those records); not data-free")
     sources = expand_teacher_sources(teacher_source)
     if len(sources) > 1 and name != "dpdfd":
         raise DpconvertError(f"{len(sources)} teachers given: several teachers are distilled by DPDFD only (method {name} uses one); "

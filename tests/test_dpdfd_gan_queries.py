@@ -78,7 +78,7 @@ def test_a_gan_query_run_states_both_scopes_and_passes_the_audit(gan_card, cli):
     assert card["accounting"]["accountant"] == "dpdfd_per_answer+dpgan" and g["scope"] == "query"
     assert g["epsilon"] <= 1.0 * (1 + 1e-9) and g["queries_record_level_epsilon"] <= 2.0 * (1 + 1e-9)
     assert g["queries_record_level_epsilon"] == pytest.approx(pld_one_gaussian(m["query_generator"]["dpgan"]["sigma"], g["delta"]), rel=2e-3)
-    assert m["query_generator"]["samples"] == 200 and "not data-free" in m["query_source"]
+    assert m["query_generator"]["samples"] == 200 and "not data-free" in m["query_source"] and "not data-free" in m["method_choice"]
     assert m["query_generator"]["its_delta"] == g["delta"]
     plan = dpconvert.plan(method="dpdfd", eps=1.0, input_size=(1, 8, 8), generator="dpgan", generator_eps=2.0, prior_images=200,
                           batch_size=20000)
