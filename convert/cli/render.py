@@ -153,7 +153,7 @@ class ProgressReporter:
                         f"teacher {_duration(info['teacher_seconds'])}, student {_duration(info['student_seconds'])}, in all {_duration(total)}; "
                         "--batch-size and --epochs trade time for accuracy")
         elif kind == "query_generator":  # Private-kNN's in-run DP-critic GAN, before its plan
-            self._print(f"query generator (ε share {info['epsilon_share']:g} at δ/2): {info['stage']}, step {info['releases']}/{info['total']}")
+            self._print(f"query generator (ε {info['epsilon_share']:g} at δ {info['delta']:g}): {info['stage']}, step {info['releases']}/{info['total']}")
 
     def _print(self, text: str) -> None:
         (self.progress.console if self.progress is not None else self.console).print(text, markup=False)

@@ -159,7 +159,7 @@ def train_dpgan(ctx, opts: GanOptions, spec, eps: float, delta: float, on_progre
 
     def report(step, loss_d, loss_g):
         if on_progress and step % every == 0:
-            on_progress({"kind": "query_generator", "stage": f"DP-critic GAN ({opts.critic})", "epsilon_share": eps, "releases": step,
+            on_progress({"kind": "query_generator", "stage": f"DP-critic GAN ({opts.critic})", "epsilon_share": eps, "delta": delta, "releases": step,
                          "total": total, "loss": loss_d})
     training = critic.build(opts, spec, generator, sigma, accountant, noise, stream("dpgan", run.seed), run.seed)
     trained = fit_on_private(training, ctx.private, report)
