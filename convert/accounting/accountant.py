@@ -53,6 +53,10 @@ class Accountant(ABC):
     def count(self, mechanism: str) -> int:
         return sum(e.count for e in self.events if e.mechanism == mechanism)
 
+    def events_of(self, part: type["Accountant"]) -> list[Event]:
+        """This run's events that ``part`` accounts for (a composed accountant splits its events by mechanism)."""
+        return [e for e in self.events if e.mechanism in part.mechanisms]
+
     @abstractmethod
     def epsilons(self, *, delta: float) -> dict[str, float]:
         """ε by each valid bound, plus ``epsilon`` (the one reported: the minimum)."""
@@ -322,8 +326,7 @@ class GeneratorPknnAccountant(Accountant):
     adjacency: str = ADJACENCY_GENERATOR_PKNN
 
     def parts(self) -> tuple[DpdfdAccountant, PknnAccountant]:
-        gen = [e for e in self.events if e.mechanism in DpdfdAccountant.mechanisms]
-        return DpdfdAccountant(events=gen), PknnAccountant(events=[e for e in self.events if e.mechanism in PknnAccountant.mechanisms])
+        return DpdfdAccountant(events=self.events_of(DpdfdAccountant)), PknnAccountant(events=self.events_of(PknnAccountant))
 
     def epsilons(self, *, delta: float, scope: str = "query") -> dict[str, float]:
         gen, labels = self.parts()
@@ -421,8 +424,7 @@ class DpganPknnAccountant(Accountant):
     adjacency: str = ADJACENCY_RECORD_COMPOSED
 
     def parts(self) -> tuple[DpganAccountant, PknnAccountant]:
-        gan = [e for e in self.events if e.mechanism in DpganAccountant.mechanisms]
-        return DpganAccountant(events=gan), PknnAccountant(events=[e for e in self.events if e.mechanism in PknnAccountant.mechanisms])
+        return DpganAccountant(events=self.events_of(DpganAccountant)), PknnAccountant(events=self.events_of(PknnAccountant))
 
     def epsilons(self, *, delta: float) -> dict[str, float]:
         from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
@@ -460,9 +462,8 @@ class DpganDpdfdAccountant(Accountant):
     max_answers: int = 1
 
     def parts(self) -> tuple[PerAnswerDpdfdAccountant, DpganAccountant]:
-        dpdfd = [e for e in self.events if e.mechanism in PerAnswerDpdfdAccountant.mechanisms]
-        gan = [e for e in self.events if e.mechanism in DpganAccountant.mechanisms]
-        return PerAnswerDpdfdAccountant(events=dpdfd, max_answers=self.max_answers), DpganAccountant(events=gan)
+        return (PerAnswerDpdfdAccountant(events=self.events_of(PerAnswerDpdfdAccountant), max_answers=self.max_answers),
+                DpganAccountant(events=self.events_of(DpganAccountant)))
 
     def epsilons(self, *, delta: float) -> dict[str, float]:
         return self.parts()[0].epsilons(delta=delta)
