@@ -45,7 +45,7 @@ def synthetic_to_real(npz: Path, evaluation) -> float:
     train = scatter_features(torch.from_numpy(data["x"]).float() / 255)
     scale = StandardScaler().fit(train)
     clf = LogisticRegression(max_iter=300, C=0.01).fit(scale.transform(train), data["y"])
-    return float(clf.score(scale.transform(scatter_features(evaluation.x.reshape(-1, 1, 28, 28))), evaluation.y.numpy()))
+    return float(clf.score(scale.transform(scatter_features(evaluation.x.reshape(-1, *data['x'].shape[1:]))), evaluation.y.numpy()))
 
 
 def main() -> None:

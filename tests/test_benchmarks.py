@@ -58,3 +58,12 @@ def test_inversion_audit_smoke(tmp_path):
     [row] = _run([ROOT / "benchmarks/inversion_audit.py", "--teacher", "builtin:digits", "--private", "builtin:digits:train",
                   "--convert", "--eps 1 --batch-size 2000 --epochs 1"], tmp_path)
     assert row["teacher_confidence"] > 0.9 and row["model_ratio"] > 0 and row["audit_command"].startswith("dpconvert audit")
+
+
+@pytest.mark.slow
+def test_dp_critic_layer_smoke(tmp_path):
+    """The script behind RESULTS' DP-critic-layer rows (the paper's layer, measured, not shipped), on the digits: no ε in the row."""
+    [row] = _run([ROOT / "benchmarks/dp_critic_layer.py", "--private", "builtin:digits:train", "--evaluation", "builtin:digits", "--input-size",
+                  "1,8,8", "--steps", "5", "--samples", "300"], tmp_path)
+    assert row["epsilon"] is None and "no accountant" in row["why_no_epsilon"] and 0 <= row["synthetic_to_real_accuracy"] <= 1
+    assert row["empirical_ex_post"]["computed_on_private_data"] and row["command"].startswith("python benchmarks/dp_critic_layer.py")
