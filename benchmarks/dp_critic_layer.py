@@ -85,7 +85,7 @@ def train(x, y, spec, *, clip, sigma, steps, sampling_rate, fake_batch, lr, seed
         opt_g.step()
         critic.requires_grad_(True)
         if step % 100 == 0:
-            print(f"step {step}/{steps}: critic {float(loss_d):.3f}, generator {float(loss_g):.3f}", flush=True)
+            print(f"step {step}/{steps}: critic {loss_d.item():.3f}, generator {loss_g.item():.3f}", flush=True)
     return generator.eval()
 
 
