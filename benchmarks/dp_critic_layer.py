@@ -25,22 +25,18 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from _results import append_row  # benchmarks/_results.py (the script's folder is on sys.path)
 from dpgan_quality import DATA, EVAL, synthetic_to_real
 
+from dpconvert.mechanisms.dp_gan import DpCritic
 
-class DpLayerCritic(nn.Module):
-    """``DpCritic``'s body with the paper's DP layer on the penultimate activations h: clip each example's h to norm C,
-    add N(0, σ²C²) (σ = 0 and C = 0: no layer, an ordinary critic)."""
+
+class DpLayerCritic(DpCritic):
+    """``DpCritic`` with the paper's DP layer on the penultimate activations h: clip each example's h to norm C, add
+    N(0, σ²C²) (C = 0: no layer, an ordinary critic)."""
 
     def __init__(self, spec, clip: float, sigma: float, rng: torch.Generator) -> None:
-        from dpconvert.mechanisms.dp_gan import DpCritic
-
-        super().__init__()
-        body = DpCritic(spec)
-        self.conv, self.out, self.embed = body.conv, body.out, body.embed
+        super().__init__(spec)
         self.clip, self.sigma, self.rng = clip, sigma, rng
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -48,7 +44,7 @@ class DpLayerCritic(nn.Module):
         if self.clip > 0:
             h = h * (self.clip / h.norm(dim=1, keepdim=True).clamp_min(self.clip))  # ‖h‖ ≤ C per example
             h = h + self.sigma * self.clip * torch.randn(h.shape, generator=self.rng)
-        return self.out(h).squeeze(1) + (self.embed(y) * h).sum(1) / h.shape[1] ** 0.5
+        return self.head(h, y)
 
 
 def train(x, y, spec, *, clip, sigma, steps, sampling_rate, fake_batch, lr, seed):

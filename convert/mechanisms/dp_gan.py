@@ -42,7 +42,10 @@ class DpCritic(nn.Module):
         self.embed = nn.Embedding(spec.num_classes, d)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        h = self.conv(x)
+        return self.head(self.conv(x), y)
+
+    def head(self, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The projection-conditional score of the features ``h`` for classes ``y``."""
         return self.out(h).squeeze(1) + (self.embed(y) * h).sum(1) / math.sqrt(h.shape[1])
 
 
