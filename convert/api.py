@@ -24,7 +24,7 @@ def convert(teacher: str | Sequence[str], *, out: str | Path, method: str = "aut
             eval_data: Optional[str] = None, private_data: Optional[str] = None, public_data: Optional[str] = None,
             pixel_range: Optional[float] = None, seeded_noise: bool = False, sign_key: Optional[str] = None,
             allow_large_delta: bool = False, class_names: Optional[list[str]] = None, no_privacy: bool = False, force: bool = False,
-            teacher_card: Optional[str] = None, trusted_keys: Optional[str] = None,
+            teacher_card: Optional[str] = None, trusted_keys: Optional[str] = None, private_data_is_not_teacher_data: bool = False,
             loader=None, command: Optional[str] = None, on_plan: Optional[Callable[[dict], None]] = None,
             on_progress: Optional[Callable[[dict], None]] = None, **method_options):
     """Convert ``teacher`` into a DP student at ``out`` (ONNX) with its privacy card; returns a ``ConvertResult``.
@@ -47,7 +47,8 @@ def convert(teacher: str | Sequence[str], *, out: str | Path, method: str = "aut
                  student=student, eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range,
                  class_names=class_names, seeded_noise=seeded_noise, no_privacy=no_privacy, force=force,
                  teacher_card=None if teacher_card is None else str(teacher_card), trusted_keys=None if trusted_keys is None else str(trusted_keys),
-                 sign_key=None if sign_key is None else str(sign_key), command=command)
+                 sign_key=None if sign_key is None else str(sign_key), command=command,
+                 private_data_is_not_teacher_data=private_data_is_not_teacher_data)
     from .pipeline import check_output_path
 
     RunOptions(**given)  # bad options fail here, in a second, before torch is even imported …
@@ -73,7 +74,8 @@ def convert(teacher: str | Sequence[str], *, out: str | Path, method: str = "aut
 
 def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[float] = None, noise_multiplier: Optional[float] = None,
          n: Optional[int] = None, input_size: tuple[int, int, int] = (1, 28, 28), num_classes: int = 10, queries: Optional[int] = None,
-         answered: Optional[int] = None, device: str = "cpu", **method_options) -> dict:
+         answered: Optional[int] = None, device: str = "cpu", teacher_card: Optional[str] = None, private_data_is_not_teacher_data: bool = False,
+         **method_options) -> dict:
     """The privacy plan of a conversion: σ for a target ε (or ε for a given σ), ε by every accountant, the record-level
     worst case — computed by the same method object ``convert`` runs, so the plan is the run's.
 
@@ -84,6 +86,9 @@ def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[
     ``queries``: how many queries a query-labelling method answers (Private-kNN: the public images' count).
     ``answered`` (Private-kNN): ε if only that many queries pass the screening (default: all, as σ2 is calibrated).
     ``n``: the private-set size, if known, to check δ ≤ 1/n.
+    ``teacher_card``: a DP teacher's privacy card: the plan adds what holds for the teacher's training records
+    (``teacher_records``: its guarantee, composed with this run's where the run reads private records itself, unless
+    ``private_data_is_not_teacher_data``), as the card of the conversion will.
     """
     from .accounting.planning import check_delta
     from .errors import DpconvertError
@@ -106,6 +111,13 @@ def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[
         result = {**realised, "calibrated": result["calibrated"], "target_epsilon": result["target_epsilon"]}
     elif n is not None:
         check_delta(result["delta"], n)
+    if teacher_card is not None:
+        from .auditing.card_checks import verify_teacher_card
+        from .auditing.teacher_guarantee import planned_records
+        from .zoo_cards import PrivacyCard
+
+        card, eps_t = verify_teacher_card(PrivacyCard.read(teacher_card).data, None)  # the graph is bound when convert loads the teacher
+        result["teacher_records"] = planned_records(card, eps_t, result, m.reads_private_records(opts), private_data_is_not_teacher_data)
     return result
 
 

@@ -72,6 +72,9 @@ class RunOptions:
                                          "When it verifies, the student's card carries the teacher's record-level guarantee too.", panel=TEACHER)
     trusted_keys: Optional[str] = option(None, help="Public keys (a folder of *.pub) a teacher card's signature must verify against.",
                                          panel=TEACHER)
+    private_data_is_not_teacher_data: bool = option(False, help="Your statement that `private_data` holds none of the teacher's training "
+                                                    "records (recorded on the card, not checked). Without it, a DP teacher's guarantee and "
+                                                    "this run's compose for those records.", panel=TEACHER)
     no_privacy: bool = option(False, help="DPDFD without noise (ε = ∞): a non-private student for comparison only; its card says so and "
                               "every audit fails it.")
     parity_inputs: int = option(256, help="Inputs of the ONNX-vs-torch parity check.", cli=False)
@@ -106,6 +109,8 @@ class RunOptions:
                                  "and `dpconvert audit` fails it unless its `max_delta` admits it)")
         if self.parity_inputs < 1:
             raise DpconvertError("`parity_inputs` must be >= 1")
+        if self.private_data_is_not_teacher_data and self.private_data is None:
+            raise DpconvertError("`private_data_is_not_teacher_data` is a statement about `private_data`: give it with `private_data`, or drop it")
         if self.class_names is not None:
             object.__setattr__(self, "class_names", tuple(self.class_names))
             if len(self.class_names) < 2 or len(set(self.class_names)) != len(self.class_names):

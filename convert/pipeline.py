@@ -86,7 +86,7 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
     with Profile() as profile:
         with phase("load teacher"):
             teacher = load_teachers(teacher_source, load_options or LoadOptions(device=run.device))
-        inherited = teacher_guarantee(teacher_source, teacher, run)  # before the long work: a bad teacher card fails now
+        inherited = teacher_card(teacher_source, teacher, run)  # before the long work: a bad teacher card fails now
         if run.class_names is not None and len(run.class_names) != teacher.spec.num_classes:
             raise DpconvertError(f"`class_names` lists {len(run.class_names)} classes but the teacher has {teacher.spec.num_classes}; "
                                  "list every class in label order")
@@ -96,7 +96,7 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
 
             with phase("load data"):
                 eval_ds = load_data(run.eval_data, teacher.spec, require_labels=True, **run.data_format())
-        relay_plan = (lambda plan: on_plan({**plan, "method_choice": reason})) if on_plan else None
+        relay_plan = (lambda plan: on_plan(_with_teacher_records({**plan, "method_choice": reason}, inherited, run))) if on_plan else None
         from dpconvert.context import RunContext
 
         result = method.run(RunContext.build(run, teacher.spec, world), opts, teacher, relay_plan, on_progress)
@@ -115,23 +115,23 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
     return ConvertResult(out, *card_paths(out), card, time.perf_counter() - start, result.rounds, name, profile.to_dict())
 
 
-def teacher_guarantee(source: str, teacher, run: RunOptions) -> Optional[dict]:
-    """The ``teacher.guarantee`` block when the teacher is an ONNX model with a privacy card (``teacher_card``, or the
-    one embedded in it) that verifies: its record-level guarantee holds for the student too (post-processing). An
-    explicit ``teacher_card`` that does not verify is an error; an embedded one is passed over with a warning."""
-    from dpconvert.auditing.teacher_guarantee import inherited_guarantee
-    from dpconvert.io.teachers import NORMALISATION_UNKNOWN
-    from dpconvert.zoo_cards import PrivacyCard, extract_card, model_sha256
+def teacher_card(source: str, teacher, run: RunOptions) -> Optional[tuple[dict, float]]:
+    """The teacher's own privacy card, verified for this teacher, when the teacher is an ONNX model with a card
+    (``teacher_card``, or the one embedded in it): its record-level guarantee passes on to the student where it holds
+    (``auditing/teacher_guarantee.py``). An explicit ``teacher_card`` that does not verify is an error; an embedded
+    one is passed over with a warning. Returns (the card, its recomputed ε)."""
+    from dpconvert.auditing.card_checks import verify_teacher_card
+    from dpconvert.auditing.teacher_guarantee import KINDS_WITH_CARDS
+    from dpconvert.zoo_cards import PrivacyCard, extract_card
     from dpconvert.zoo_cards.onnx_meta import load_onnx
 
     explicit = run.teacher_card is not None
-    if teacher.kind != "onnx":
+    if teacher.kind not in KINDS_WITH_CARDS:
         if explicit:
             raise DpconvertError("`teacher_card` needs the teacher as the ONNX model its card describes (the card binds its graph's hash)")
         return None
-    proto = load_onnx(source)
     try:
-        card = PrivacyCard.read(run.teacher_card) if explicit else extract_card(proto, Path(source).name)
+        card = PrivacyCard.read(run.teacher_card) if explicit else extract_card(load_onnx(source), Path(source).name)
         if card is None:
             return None
         trusted = None
@@ -139,19 +139,20 @@ def teacher_guarantee(source: str, teacher, run: RunOptions) -> Optional[dict]:
             from dpconvert.zoo_cards.signing import load_trusted_keys
 
             trusted = load_trusted_keys(run.trusted_keys)
-        block = inherited_guarantee(card.data, model_sha256(proto), trusted)
+        data, eps = verify_teacher_card(card.data, teacher.graph_sha256, trusted)
     except DpconvertError as e:
         if explicit:
             raise
         teacher.warnings.append(f"the teacher's embedded privacy card is not passed on to the student ({e})")
         return None
-    if NORMALISATION_UNKNOWN in teacher.warnings and card.data["model"].get("mean"):  # the card says how inputs are normalised
+    if teacher.normalisation_assumed and data["model"].get("mean"):  # the card says how the teacher's inputs are normalised
         import dataclasses
 
-        m = card.data["model"]
+        m = data["model"]
         teacher.spec = dataclasses.replace(teacher.spec, mean=tuple(m["mean"]), std=tuple(m["std"]))
-        teacher.warnings.remove(NORMALISATION_UNKNOWN)
-    return block
+        teacher.warnings.remove(teacher.normalisation_assumed)
+        teacher.normalisation_assumed = None
+    return data, eps
 
 
 def _signing_key(path: Optional[str]):
@@ -168,7 +169,7 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
     from dpconvert.accounting.statements import (DELTA_CEILING, LARGE_DELTA_PREFIX, PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1,
                                                   WEAK_PARITY_PREFIX)
     from dpconvert.io.export import OPSET, export_onnx, parity
-    from dpconvert.zoo_cards import PrivacyCard, model_sha256
+    from dpconvert.zoo_cards import SCHEMA_VERSION, PrivacyCard, model_sha256
     from dpconvert.zoo_cards.onnx_meta import SHA256_METHOD, write_model_with_card
 
     spec = teacher.spec
@@ -187,7 +188,7 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
     if par.max_abs_diff > PARITY_MAX_ABS_DIFF or par.top1_agreement < PARITY_MIN_TOP1:
         warnings.append(f"{WEAK_PARITY_PREFIX}: max |Δ| = {par.max_abs_diff:.2e}, top-1 agreement {par.top1_agreement:.3f}")
     card = PrivacyCard({
-        "schema_version": "1.0",
+        "schema_version": SCHEMA_VERSION,
         "dpconvert_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": run.command or f"dpconvert {' '.join(map(shlex.quote, _as_list(teacher_source)))} `out` {shlex.quote(out.name)}",
@@ -197,8 +198,10 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
             "input_shape": [None, *spec.shape], "mean": list(spec.mean), "std": list(spec.std), "num_classes": spec.num_classes,
             "class_names": list(run.class_names) if run.class_names else None, "num_params": int(sum(p.numel() for p in student.parameters())), "architecture": r.student_name,
         },
-        "teacher": {"source": teacher.source if len(_as_list(teacher_source)) > 1 else teacher_source, "kind": teacher.kind, "sha256": teacher.sha256, "architecture": teacher.arch,
-                    "trained_with_dp": True if inherited else None, **({"guarantee": inherited} if inherited else {}),
+        "teacher": {"source": teacher.source if len(_as_list(teacher_source)) > 1 else teacher_source, "kind": teacher.kind, "sha256": teacher.sha256,
+                    "weights_sha256": teacher.weights_sha256, **({"graph_sha256": teacher.graph_sha256} if teacher.graph_sha256 else {}),
+                    "architecture": teacher.arch,
+                    "trained_with_dp": True if inherited else None, **({"guarantee": _inherited_block(inherited, r, run)} if inherited else {}),
                     **({"members": teacher.member_block(), "disjoint_partitions": bool(r.mechanism.get("disjoint_partitions"))}
                        if hasattr(teacher, "member_block") else {})},
         "guarantee": guarantee_block(r.accountant, r.delta, r.claims),
@@ -216,6 +219,22 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
         card = sign_card(card, signing_key)
     write_model_with_card(str(out), proto, card, extra=r.extra_files)
     return card
+
+
+def _inherited_block(teacher_card: tuple[dict, float], r: MethodOutput, run: RunOptions) -> dict:
+    from dpconvert.auditing.teacher_guarantee import guarantee_block, run_records_epsilon
+
+    return guarantee_block(*teacher_card, run_records_epsilon=run_records_epsilon(r.accountant, r.delta), run_delta=r.delta,
+                           not_teacher_data=run.private_data_is_not_teacher_data)
+
+
+def _with_teacher_records(plan: dict, teacher_card: Optional[tuple[dict, float]], run: RunOptions) -> dict:
+    """The plan, with what holds for the teacher's training records when the teacher carries a DP guarantee."""
+    if teacher_card is None:
+        return plan
+    from dpconvert.auditing.teacher_guarantee import planned_records
+
+    return {**plan, "teacher_records": planned_records(*teacher_card, plan, run.private_data is not None, run.private_data_is_not_teacher_data)}
 
 
 def _as_list(source) -> list:

@@ -18,7 +18,7 @@ from typing import Any
 
 from dpconvert.errors import DpconvertError
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: the teacher block derived in full (weights hash, composed guarantee); 1.0 is still read
 CARD_SUFFIX_JSON = ".card.json"
 CARD_SUFFIX_MD = ".card.md"
 DATA_CARD_FORMAT = "dpconvert-data-card/1"

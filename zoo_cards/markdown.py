@@ -90,6 +90,21 @@ def _tail(d: dict) -> list[str]:
     return lines
 
 
+def _teacher_guarantee_line(tg: dict) -> str:
+    """The inherited guarantee in words: the teacher's own (ε, δ), and the composition with this run's where it read
+    private records itself (schema 1.0 cards carried the teacher's alone)."""
+    own = (f"- the teacher was trained with DP: record-level (ε, δ) = ({_fmt(tg.get('teacher_epsilon', tg['epsilon']))}, "
+           f"{_fmt(tg.get('teacher_delta', tg['delta']))}) from its verified card (on this card as `teacher.guarantee`)")
+    if "run_epsilon" in tg:
+        return (own + f"; this run also read private records itself, which may be the teacher's, so for the teacher's training records "
+                f"(ε, δ) = ({_fmt(tg['epsilon'])}, {_fmt(tg['delta'])}): the teacher's ({_fmt(tg['teacher_epsilon'])}) plus this run's "
+                f"record-level ({_fmt(tg['run_epsilon'])}), δ likewise")
+    if tg.get("private_data_is_not_teacher_data"):
+        return (own + "; this run also read private records, which its user states are not the teacher's training data (the user's "
+                "statement, not checked): the teacher's training records keep the teacher's guarantee")
+    return own + "; the student depends on the teacher's training records only through the teacher, so that guarantee holds for it too"
+
+
 def render_markdown(card: PrivacyCard) -> str:
     if card.kind == "data":
         return render_data_markdown(card)
@@ -104,9 +119,7 @@ def render_markdown(card: PrivacyCard) -> str:
               f"- teacher: {code(d['teacher']['source'])} ({text(d['teacher']['kind'])}), sha256 {code(d['teacher'].get('sha256'))}"]
     tg = d["teacher"].get("guarantee")
     if tg:
-        lines.append(f"- the teacher was trained with DP: record-level (ε, δ) = ({_fmt(tg['epsilon'])}, {_fmt(tg['delta'])}) from its verified "
-                     "card (on this card as `teacher.guarantee`); the student depends on the private records only through the teacher, so "
-                     "that guarantee holds for it too")
+        lines.append(_teacher_guarantee_line(tg))
     if d.get("export"):
         p = d["export"].get("parity", {})
         lines.append(f"- ONNX check: {text(d['export'].get('onnx_checker'))}; onnxruntime vs torch on {_fmt(p.get('inputs'))} inputs: "

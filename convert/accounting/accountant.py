@@ -68,6 +68,12 @@ class Accountant(ABC):
         """The same ε through an independent library, where the accountant has one (a dict); None: no cross-check."""
         return None
 
+    def private_records_epsilon(self, *, delta: float):
+        """ε under add/remove of one private record that the run read itself (``private_data``), at ``delta``; None
+        when the run read no private records (only the teacher did). A teacher's own guarantee composes with this
+        for records the two may share (``auditing/teacher_guarantee.py``)."""
+        return None
+
     def state_dict(self) -> dict:
         return {"accountant": self.name, "events": [asdict(e) for e in self.events]}
 
@@ -279,6 +285,9 @@ class PknnAccountant(Accountant):
         """The headline ε is already record-level."""
         return self.epsilon(delta=delta)
 
+    def private_records_epsilon(self, *, delta: float) -> float:
+        return self.epsilon(delta=delta)
+
     def rdp(self):
         """The RDP curve at ``pknn.RDP_ORDERS``: Theorem-7 screening plus the subsampled argmax, per event."""
         import numpy as np
@@ -339,6 +348,10 @@ class GeneratorPknnAccountant(Accountant):
     def record_level_epsilon(self, *, delta: float) -> float:
         return self.epsilons(delta=delta, scope="record")["epsilon"]
 
+    def private_records_epsilon(self, *, delta: float) -> float:
+        """Only the labels read the private records; the generator is post-processing of the teacher's answers."""
+        return self.parts()[1].epsilon(delta=delta)
+
 
 @ACCOUNTANTS.register("dpsgd")
 @dataclass
@@ -366,6 +379,9 @@ class DpsgdAccountant(Accountant):
         """The headline ε is already record-level."""
         return self.epsilon(delta=delta)
 
+    def private_records_epsilon(self, *, delta: float) -> float:
+        return self.epsilon(delta=delta)
+
 
 @ACCOUNTANTS.register("laplace")
 @dataclass
@@ -384,6 +400,9 @@ class LaplaceAccountant(Accountant):
         return {"laplace_composition": float(eps), "epsilon": float(eps)}
 
     def record_level_epsilon(self, *, delta: float = 0.0) -> float:
+        return self.epsilon(delta=delta)
+
+    def private_records_epsilon(self, *, delta: float = 0.0) -> float:
         return self.epsilon(delta=delta)
 
 
@@ -440,6 +459,9 @@ class DpganPknnAccountant(Accountant):
     def record_level_epsilon(self, *, delta: float) -> float:
         return self.epsilon(delta=delta)
 
+    def private_records_epsilon(self, *, delta: float) -> float:
+        return self.epsilon(delta=delta)
+
 
 @ACCOUNTANTS.register("dpdfd_per_answer+dpgan")
 @dataclass
@@ -480,6 +502,10 @@ class DpganDpdfdAccountant(Accountant):
     def queries_record_level_epsilon(self, *, delta: float) -> float:
         """The DP critic's record-level ε: what one private record can change in the queries (and in the GAN)."""
         return self.parts()[1].epsilon(delta=delta)
+
+    def private_records_epsilon(self, *, delta: float) -> float:
+        """The critic read the private records; DPDFD's answers are the teacher's (post-processing of its guarantee)."""
+        return self.queries_record_level_epsilon(delta=delta)
 
     def record_level_epsilon(self, *, delta: float) -> float:
         dpdfd, gan = self.parts()

@@ -231,6 +231,14 @@ def _check_signature(a: ModelAudit, card, p: Policy) -> None:
         a.add("signature", not p.require_signature, detail + (" (`require_signature` needs `trusted_keys`)" if p.require_signature else ""))
     else:
         a.add("signature", status == "valid", detail)
+    inherited = ((card.data.get("teacher") or {}).get("guarantee") or {}).get("card")
+    if isinstance(inherited, dict):  # the teacher card the inherited guarantee rests on: verified here, never read from the card
+        from dpconvert.zoo_cards import PrivacyCard
+
+        status, detail = verify_card(PrivacyCard(inherited), p.trusted)
+        ok = status == "valid" or (status in ("unsigned", "unchecked") and not p.require_signature)
+        a.add("teacher card signature", ok, detail + (" (`require_signature`: the teacher's guarantee needs its card signed by a trusted key)"
+                                                      if not ok and p.require_signature else ""))
 
 
 def _apply_policy(a: ModelAudit, data: dict, p: Policy) -> None:

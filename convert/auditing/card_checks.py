@@ -137,7 +137,7 @@ def check_card(data: dict) -> tuple[dict, Problems]:
     _check_noise_claims(p, data)
     _check_statements(p, accountant, data)
     _check_warnings(p, accountant, data)
-    _check_teacher(p, data)
+    _check_teacher(p, accountant, data)
     return {**true, "scope": accountant.scope}, p
 
 
@@ -195,9 +195,13 @@ def _check_warnings(p: Problems, accountant, data: dict) -> None:
     need("empirical" in data, EX_POST_WARNING[:60], "the empirical block was computed on the private records, outside the accounting")
 
 
-def _check_teacher(p: Problems, data: dict) -> None:
-    """``trained_with_dp`` only beside a ``teacher.guarantee`` whose teacher card verifies again here (ε recomputed,
-    record scope, secret noise, the model hash it was verified against)."""
+def _check_teacher(p: Problems, accountant, data: dict) -> None:
+    """``trained_with_dp`` only beside a ``teacher.guarantee`` whose every field is what ``auditing/teacher_guarantee.py``
+    derives from the embedded teacher card (verified again here: ε recomputed, record scope, secret noise), this card's
+    own accountant (did the run read private records itself?) and the user's statement; the teacher a kind that can
+    carry a card, and its graph the one the teacher card binds."""
+    from .teacher_guarantee import KINDS_WITH_CARDS, guarantee_block, run_records_epsilon
+
     teacher = data.get("teacher")
     if not isinstance(teacher, dict):
         return
@@ -209,13 +213,59 @@ def _check_teacher(p: Problems, data: dict) -> None:
     p.check(teacher.get("trained_with_dp") is True, "teacher.trained_with_dp", "must be true beside a teacher.guarantee")
     if not p.check(isinstance(g, dict) and isinstance(g.get("card"), dict), "teacher.guarantee.card", "missing: the teacher's card is the proof"):
         return
+    p.check(teacher.get("kind") in KINDS_WITH_CARDS, "teacher.kind",
+            f"{teacher.get('kind')!r} cannot carry a privacy card (only {', '.join(KINDS_WITH_CARDS)} teachers can): the guarantee was grafted")
+    v1 = data.get("schema_version") == "1.0"
+    if not v1:
+        p.check(g.get("model_sha256") == teacher.get("graph_sha256"), "teacher.guarantee.model_sha256",
+                "is not the teacher's graph hash (teacher.graph_sha256): the guarantee belongs to another model")
     problem = teacher_card_problem(g["card"], g.get("model_sha256"))
     if not p.check(problem is None, "teacher.guarantee.card", f"does not verify: {problem}"):
         return
-    true, _ = check_card(g["card"])
+    delta = float((data.get("guarantee") or {}).get("delta", 0.0))
+    reads = run_records_epsilon(accountant, delta)
+    if v1:
+        _check_teacher_v1(p, g, reads)
+        return
+    statement = g.get("private_data_is_not_teacher_data") is True
+    expected = guarantee_block(g["card"], check_card(g["card"])[0]["epsilon"], run_records_epsilon=reads, run_delta=delta, not_teacher_data=statement)
+    for k in sorted(set(g) - set(expected)):
+        p.append((f"teacher.guarantee.{k}", "not a field this run's guarantee for the teacher's records has"))
+    for k in sorted(set(expected) - set(g)):
+        p.append((f"teacher.guarantee.{k}", "missing"))
+    for k in sorted(set(g) & set(expected) - {"card"}):
+        if k in ("epsilon", "teacher_epsilon", "run_epsilon"):
+            _claims_at_least(p, g[k], expected[k], f"teacher.guarantee.{k}")
+        elif isinstance(expected[k], float):
+            _same(p, g, k, expected[k], "teacher.guarantee")
+        else:
+            p.check(g[k] == expected[k], f"teacher.guarantee.{k}", f"{g[k]!r}, but the teacher card and this card's events give {expected[k]!r}")
+
+
+TEACHER_NOTE_V1 = "the student depends on the teacher's private records only through the teacher: post-processing of its guarantee"
+
+
+def _check_teacher_v1(p: Problems, g: dict, run_records) -> None:
+    """A card of schema 1.0 held the teacher's ε alone and a free-text signature: right only when the run read no
+    private records itself, and with nothing in it the teacher card does not say."""
+    from dpconvert.zoo_cards import PrivacyCard
+    from dpconvert.zoo_cards.signing import verify_card
+
+    card = g["card"]
+    p.check(run_records is None, "teacher.guarantee.epsilon",
+            "the teacher's ε alone, but this run also read private records itself (which may be the teacher's): the two compose; "
+            "reconvert with this dpconvert")
+    true, _ = check_card(card)
     _claims_at_least(p, g.get("epsilon"), true["epsilon"], "teacher.guarantee.epsilon")
-    _same(p, g, "delta", g["card"]["guarantee"]["delta"], "teacher.guarantee")
+    _same(p, g, "delta", card["guarantee"]["delta"], "teacher.guarantee")
     p.check(g.get("scope") == "record", "teacher.guarantee.scope", "must be record (derived from the teacher card's accountant)")
+    for key, value in (("adjacency", card["guarantee"]["adjacency"]), ("accountant", card["accounting"]["accountant"]), ("note", TEACHER_NOTE_V1)):
+        if key in g:
+            p.check(g[key] == value, f"teacher.guarantee.{key}", f"{g[key]!r}, but the teacher card gives {value!r}")
+    if "signature" in g:  # what the conversion saw: "not signed", or the key that signed it (the audit verifies it with its own keys)
+        kid = (card.get("signature") or {}).get("key_id") if isinstance(card.get("signature"), dict) else None
+        seen = {verify_card(PrivacyCard(card), None)[1]} | ({f"signed by trusted key {kid}"} if kid else set())
+        p.check(g["signature"] in seen, "teacher.guarantee.signature", f"{g['signature']!r} is not what the teacher card's signature shows")
 
 
 def _check_events(p: Problems, accountant, data: dict) -> None:
@@ -282,6 +332,9 @@ def _check_teacher_members(p: Problems, accountant, data: dict) -> None:
         p.check("teachers" in m, "mechanism.teachers", f"missing: the events average {n} teachers")
         p.check(isinstance(members, list) and len(members) == n, "teacher.members",
                 f"lists {len(members) if isinstance(members, list) else 'no'} teachers but the events average {n}")
+        p.check(teacher.get("kind") == "ensemble", "teacher.kind", f"{teacher.get('kind')!r}, but the events average {n} teachers (an ensemble)")
+        if isinstance(members, list):
+            _check_distinct_members(p, members, teacher, data.get("schema_version") != "1.0")
     else:
         p.check("teachers" not in m, "mechanism.teachers", "given, but the events are one teacher's releases")
         p.check(members is None, "teacher.members", "given, but the events are one teacher's releases")
@@ -291,6 +344,24 @@ def _check_teacher_members(p: Problems, accountant, data: dict) -> None:
                 "must be true with the disjoint-teachers accountant" if disjoint else "true, but the accountant does not use it")
     if disjoint:
         p.check(n >= 2, "accounting.state.events", f"the disjoint-teachers bound needs two teachers or more; the events average {n}")
+
+
+def _check_distinct_members(p: Problems, members: list, teacher: dict, weights_required: bool) -> None:
+    """n teachers are n models: no file hash or weights hash twice (a copy would count one partition's teacher twice,
+    and lower the record-level ε it claims), and the ensemble's own hashes are the members' (``io/teacher_set.py``)."""
+    import hashlib
+
+    keys = ("sha256", "weights_sha256") if weights_required else ("sha256",)
+    for key in keys:
+        values = [mb.get(key) if isinstance(mb, dict) else None for mb in members]
+        if not p.check(all(isinstance(v, str) for v in values), f"teacher.members.{key}", "missing for a member: the teachers cannot be told apart"):
+            continue
+        twice = sorted({v for v in values if values.count(v) > 1})
+        p.check(not twice, f"teacher.members.{key}", f"{twice[0][:12]}… is listed {values.count(twice[0])} times: one model counted as several teachers"
+                if twice else "")
+        own = "sha256" if key == "sha256" else "weights_sha256"
+        p.check(teacher.get(own) == hashlib.sha256("\n".join(values).encode()).hexdigest(), f"teacher.{own}",
+                "is not the hash of the members' hashes (the members were edited)")
 
 
 @CHECKS.register("dpdfd_per_answer")
@@ -499,6 +570,21 @@ def _check_noise_claims(p: Problems, data: dict) -> None:
             rng = str(m.get("noise_rng", "")).lower()
             p.check("seeded with" not in rng and "seeded-noise" not in rng and "seeded_noise" not in rng, f"{where}.noise_secret",
                     "true, but noise_rng describes a seeded stream")
+
+
+def verify_teacher_card(data: dict, graph_sha256: Optional[str], trusted: Optional[dict] = None) -> tuple[dict, float]:
+    """(the teacher card, its recomputed ε) once it verifies for the teacher whose graph hashes to ``graph_sha256`` (and,
+    with ``trusted`` keys, carries a valid signature by one of them), or a ``DpconvertError`` that says why not."""
+    from dpconvert.zoo_cards import PrivacyCard
+    from dpconvert.zoo_cards.signing import verify_card
+
+    problem = teacher_card_problem(data, graph_sha256)
+    if problem:
+        raise DpconvertError(f"the teacher's privacy card cannot be passed on: {problem}")
+    status, detail = verify_card(PrivacyCard(data), trusted)
+    if trusted is not None and status != "valid":
+        raise DpconvertError(f"the teacher's privacy card cannot be passed on: {detail}")
+    return data, float(check_card(data)[0]["epsilon"])
 
 
 def teacher_card_problem(data: dict, graph_sha256: Optional[str]) -> Optional[str]:

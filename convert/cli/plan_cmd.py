@@ -28,6 +28,7 @@ def _plan_params() -> list:
                   "convert (5000 from a query generator)."),
               own("answered", type=int, help="Private-kNN: ε if only this many queries pass the screening. Default: all."),
               *params_of(*METHOD_OPTIONS, skip=frozenset({"queries"}), plan_only=True),
+              *params_of(RunOptions, only={"teacher_card", "private_data_is_not_teacher_data"}, panel=None),
               own("as_json", "--json", type=bool, default=False, help="Print JSON.")]
     retitled(params, "delta", default_text=f"DPDFD ≤ 1/(B·T), the protected answers; else {DEFAULT_DELTA:g}")
     return params

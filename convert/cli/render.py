@@ -43,10 +43,17 @@ def print_plan(result: dict, to=None) -> None:
         rows.append(("ε, query level (per answer)", f"{result['query_level_epsilon']:.4f}"))
     elif "record_level_epsilon" in result:
         rows.append(("ε, record-level worst case", f"{result['record_level_epsilon']:.4f}"))
+    tr = result.get("teacher_records")  # the teacher carries a DP guarantee (its verified card)
+    if tr:
+        rows.append(("teacher's own ε (its card)", f"{tr['teacher_epsilon']:.4f}"))
+        if "run_epsilon" in tr:
+            rows.append(("ε, teacher's records (teacher + run)", f"{tr['epsilon']:.4f}"))
     for r in rows:
         table.add_row(*r)
     to.print(table)
     to.print(as_flags(f"adjacency: {result['adjacency']}"), markup=False)
+    if tr:
+        to.print(as_flags(f"teacher's training records: (ε, δ) = ({tr['epsilon']:.4g}, {tr['delta']:.3g}); {tr['note']}"), markup=False)
     if result.get("method_choice"):
         to.print(as_flags(f"method {result['method']}: {result['method_choice']}"), markup=False)
 

@@ -59,7 +59,8 @@ class TeacherSet(Teacher):
 
     def member_block(self) -> list[dict]:
         """The card's ``teacher.members``: each teacher's source and hash, in the order the rows average them."""
-        return [{"source": m.source, "kind": m.kind, "sha256": m.sha256, "architecture": m.arch} for m in self.members]
+        return [{"source": m.source, "kind": m.kind, "sha256": m.sha256, "weights_sha256": m.weights_sha256, "architecture": m.arch}
+                for m in self.members]
 
 
 def load_teachers(sources: Union[str, Sequence[str]], options: Optional[LoadOptions] = None) -> Teacher:
@@ -70,9 +71,11 @@ def load_teachers(sources: Union[str, Sequence[str]], options: Optional[LoadOpti
     members = [load_teacher(name, options) for name in names]
     seen: dict = {}
     for m in members:  # one model twice would be one partition's teacher counted twice (its records would move 2 of n)
-        if m.sha256 is not None and m.sha256 in seen:
-            raise DpconvertError(f"{m.source} and {seen[m.sha256]} are the same model (sha256 {m.sha256[:12]}…); give each teacher once")
-        seen[m.sha256] = m.source
+        for key, what in ((m.sha256, "file sha256"), (m.weights_sha256, "weights sha256")):  # the weights: a re-saved copy too
+            if key is not None and key in seen:
+                raise DpconvertError(f"{m.source} and {seen[key]} are the same model ({what} {key[:12]}…); give each teacher once")
+            if key is not None:
+                seen[key] = m.source
     first = members[0]
     for m in members[1:]:
         if (m.spec.shape, m.spec.num_classes) != (first.spec.shape, first.spec.num_classes):
@@ -90,9 +93,10 @@ def load_teachers(sources: Union[str, Sequence[str]], options: Optional[LoadOpti
         return total / len(members)
 
     digest = hashlib.sha256("\n".join(str(m.sha256) for m in members).encode()).hexdigest()
+    weights = hashlib.sha256("\n".join(str(m.weights_sha256) for m in members).encode()).hexdigest()
     warnings = sorted({w for m in members for w in m.warnings})
     return TeacherSet(forward=mean_logits, spec=first.spec, kind="ensemble",
                       source=f"{len(names)} teachers: {names[0]} … {names[-1]}" if len(names) > 2 else " and ".join(names),
                       description=f"{len(members)} teachers ({first.description}, …)", sha256=digest,
                       arch=f"{len(members)} × {first.arch}", num_params=sum(m.num_params or 0 for m in members) or None,
-                      warnings=warnings, members=members)
+                      warnings=warnings, members=members, weights_sha256=weights)

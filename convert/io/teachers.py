@@ -57,6 +57,9 @@ class Teacher:
     num_params: Optional[int] = None
     module: Any = None  # the nn.Module when there is one (never used for gradients)
     warnings: list[str] = field(default_factory=list)
+    weights_sha256: Optional[str] = None  # the weights' own hash, whatever file holds them (io/weights_hash.py)
+    graph_sha256: Optional[str] = None  # an ONNX teacher: its graph's hash, as a dpconvert card binds a model (zoo_cards/onnx_meta.py)
+    normalisation_assumed: Optional[str] = None  # the warning added when mean 0 / std 1 was assumed (a teacher card may say better)
 
     def __call__(self, x):
         return self.forward(x)
@@ -71,6 +74,7 @@ class Teacher:
             "input_spec": self.spec.to_dict(),
             "num_classes": self.spec.num_classes,
             "sha256": self.sha256,
+            "weights_sha256": self.weights_sha256,
             "description": self.description,
             "warnings": list(self.warnings),
         }
@@ -315,8 +319,10 @@ def load_onnx(source: str, opts: LoadOptions) -> Teacher:
             raise DpconvertError(f"{source}: the output class dimension is symbolic; give `num_classes`")
     spec = _spec_from(base, opts, source)
     warnings = []
+    assumed = None
     if opts.mean is None and opts.std is None:
-        warnings.append("ONNX teacher: " + NORMALISATION_UNKNOWN)
+        assumed = "ONNX teacher: " + NORMALISATION_UNKNOWN
+        warnings.append(assumed)
     name = inp.name
 
     def forward(x):
@@ -326,7 +332,13 @@ def load_onnx(source: str, opts: LoadOptions) -> Teacher:
     if dims and dims[0] is not None:  # exported with a static batch size
         forward = fixed_batch(forward, dims[0])
 
-    return Teacher(forward, spec, "onnx", source, f"ONNX model {path.name} (black box, onnxruntime)", file_sha256(path), "onnx", None, None, warnings)
+    from dpconvert.io.weights_hash import onnx_weights_sha256
+    from dpconvert.zoo_cards import model_sha256
+    from dpconvert.zoo_cards.onnx_meta import load_onnx
+
+    proto = load_onnx(str(path))
+    return Teacher(forward, spec, "onnx", source, f"ONNX model {path.name} (black box, onnxruntime)", file_sha256(path), "onnx", None, None, warnings,
+                   weights_sha256=onnx_weights_sha256(proto), graph_sha256=model_sha256(proto), normalisation_assumed=assumed)
 
 
 def _ort_providers(device: str) -> list[str]:
@@ -576,6 +588,10 @@ def load_teacher(source: str, options: Optional[LoadOptions] = None, *, check: b
         claims, load = LOADERS.get(name)
         if claims(source):
             teacher = load(source, opts)
+            if teacher.weights_sha256 is None and teacher.module is not None:
+                from dpconvert.io.weights_hash import module_weights_sha256
+
+                teacher.weights_sha256 = module_weights_sha256(teacher.module)
             return check_teacher(teacher) if check else teacher
     p = Path(source)
     if not p.exists():

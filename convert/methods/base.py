@@ -66,6 +66,11 @@ class Method(ABC):
     def check(self, run, opts) -> None:
         """Checks that combine the run's options with the method's, before anything is loaded."""
 
+    def reads_private_records(self, opts) -> bool:
+        """Whether this method, with these options, reads the private records itself (then a DP teacher's guarantee
+        composes with the run's for records the two may share: ``auditing/teacher_guarantee.py``)."""
+        return True
+
     @abstractmethod
     def plan(self, run, opts, spec, queries: Optional[int] = None) -> dict:
         """The privacy plan ``run`` calls before anything private is read: the noise for the target ε (or ε for the given

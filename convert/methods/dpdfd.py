@@ -40,6 +40,10 @@ class Dpdfd(Method):
         if opts.generator == GAN_QUERIES:
             raise DpconvertError("`generator` dpgan trains its GAN in one process only: run it without torchrun")
 
+    def reads_private_records(self, opts: DpdfdOptions) -> bool:
+        """Only the DP-critic GAN of `generator` dpgan reads them; the teacher's answers are post-processing of the teacher."""
+        return opts.generator == GAN_QUERIES
+
     def check(self, run, opts: DpdfdOptions, out: Optional[Path] = None) -> None:
         if opts.generator == GAN_QUERIES:
             self._check_gan_queries(run, opts)
