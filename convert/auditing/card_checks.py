@@ -138,7 +138,45 @@ def check_card(data: dict) -> tuple[dict, Problems]:
     _check_statements(p, accountant, data)
     _check_warnings(p, accountant, data)
     _check_teacher(p, accountant, data)
+    _check_descriptions(p, accountant, data)
     return {**true, "scope": accountant.scope}, p
+
+
+# What a descriptive field says → the accounting it needs (a reader who sees the words must find the numbers behind
+# them): (field, phrase it contains, accountants that account for it, what the words claim).
+GAN_ACCOUNTANTS = ("dpdfd_per_answer+dpgan", "pknn+dpgan")
+DESCRIPTIONS = (
+    ("mechanism.query_source", "gan with a dp critic", GAN_ACCOUNTANTS, "queries from a GAN trained on the private data"),
+    ("mechanism.query_source", "dp-critic gan", GAN_ACCOUNTANTS, "queries from a GAN trained on the private data"),
+    ("mechanism.method_choice", "dp-critic gan", GAN_ACCOUNTANTS, "queries from a GAN trained on the private data"),
+    ("mechanism.query_source", "dpdfd generator", ("pknn+dpdfd_generator",), "queries from a generator trained by DPDFD"),
+    ("mechanism.method_choice", "disjoint partitions", ("dpdfd_disjoint_teachers",), "teachers on disjoint partitions"),
+)
+# The δ a query generator's own ε is stated at, as a share of the card's δ (its part of the composition); None: the
+# saved generator's own card's δ (any δ within the ceiling).
+ITS_DELTA_SHARE = {"dpdfd_per_answer+dpgan": 1.0, "pknn+dpgan": 0.5, "pknn+dpdfd_generator": 0.5}
+
+
+def _check_descriptions(p: Problems, accountant, data: dict) -> None:
+    """Every descriptive value that implies a mechanism is backed by that mechanism's accountant and events; a query
+    generator's own ε is stated at the δ share its part of the composition has."""
+    for field, phrase, accountants, claim in DESCRIPTIONS:
+        block, key = field.split(".")
+        value = (data.get(block) or {}).get(key)
+        if isinstance(value, str) and phrase in value.lower():
+            p.check(accountant.name in accountants, field,
+                    f"says {claim} ({phrase!r}), but the card's accountant {accountant.name!r} does not account for it "
+                    f"(needs {' or '.join(accountants)})")
+    info = (data.get("mechanism") or {}).get("query_generator")
+    share = ITS_DELTA_SHARE.get(accountant.name)
+    if not isinstance(info, dict) or share is None or "its_delta" not in info:
+        return
+    delta = as_float((data.get("guarantee") or {}).get("delta", 0.0))
+    if info.get("trained_in_this_run") is False or info.get("file") is not None:  # a saved generator: its own card's δ
+        p.check(isinstance(info["its_delta"], (int, float)) and 0 < info["its_delta"] <= DELTA_CEILING, "mechanism.query_generator.its_delta",
+                f"{info['its_delta']!r}: a saved generator's ε must be stated at a δ within the ceiling {DELTA_CEILING:g}")
+        return
+    _same(p, info, "its_delta", share * delta, "mechanism.query_generator")
 
 
 def _check_cross_check(p: Problems, accountant, claimed, delta: float) -> None:
