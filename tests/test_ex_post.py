@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from dpconvert.mechanisms.ex_post import estimate
+from dpconvert.mechanisms.ex_post import NEIGHBOURS, estimate
 
 
 def _memorised(n_private: int = 300, copies: int = 1, noise: float = 0.0, seed: int = 0):
@@ -34,7 +34,7 @@ def test_a_generator_that_copies_its_records_shows_a_larger_loss_than_one_that_d
 def test_the_bound_is_chebyshevs_with_the_upper_semivariance():
     private, synthetic = _memorised(copies=2, noise=0.01)
     e = estimate(private, synthetic, removals=50, gamma=1e-4)
-    assert e["neighbours_removed"] == 2  # ⌈600 / 300⌉: the samples one record accounts for
+    assert e["neighbours_removed"] == NEIGHBOURS and e["removals"] == 50  # fixed: nothing on the card depends on the private set
     assert e["expected_privacy_loss_bound"] == pytest.approx(e["mean_privacy_loss"] + e["upper_semideviation"] / math.sqrt(1e-4))
     assert "not differential privacy" in e["kind"] and e["computed_on_private_data"] is True
     assert not any("epsilon" in k for k in e)
@@ -96,3 +96,14 @@ def test_synth_publishes_it_only_on_request_and_the_audit_keeps_it_out_of_the_gu
     assert cli("synth", "--private-data", "builtin:digits:train", "--out", plain, "--input-size", "1,8,8", "--num-classes", "10",
                "--eps", "4", "--gan-generator-steps", "10", "--samples", "200")[0] == 0
     assert "empirical" not in json.loads(plain.with_name("plain.npz.card.json").read_text())
+
+
+def test_nothing_in_the_estimate_but_its_value_depends_on_the_private_sets_size():
+    """150 records and 1 100 records: the same removals, neighbours and sample counts (these once gave n away: the
+    removals were min(200, n) and the neighbours ⌈samples / n⌉)."""
+    rng = np.random.default_rng(1)
+    synthetic = rng.random((500, 16))
+    small, large = estimate(rng.random((150, 16)), synthetic), estimate(rng.random((1100, 16)), synthetic)
+    numbers = {"expected_privacy_loss_bound", "mean_privacy_loss", "upper_semideviation"}
+    assert {k: v for k, v in small.items() if k not in numbers} == {k: v for k, v in large.items() if k not in numbers}
+    assert small["removals"] == 200
