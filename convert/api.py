@@ -49,6 +49,8 @@ def convert(teacher: str | Sequence[str], *, out: str | Path, method: str = "aut
                  teacher_card=None if teacher_card is None else str(teacher_card), trusted_keys=None if trusted_keys is None else str(trusted_keys),
                  sign_key=None if sign_key is None else str(sign_key), command=command,
                  private_data_is_not_teacher_data=private_data_is_not_teacher_data)
+    run_fields = {f.name for f in dataclasses.fields(RunOptions) if f.init}  # any other `RunOptions` field, by its own name
+    given.update({k: method_options.pop(k) for k in list(method_options) if k in run_fields and k not in given and k != "device"})
     from .pipeline import check_output_path
 
     RunOptions(**given)  # bad options fail here, in a second, before torch is even imported …

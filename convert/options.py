@@ -68,6 +68,9 @@ class RunOptions:
     sign_key: Optional[str] = option(None, help="Sign the card with this Ed25519 private key (dpconvert card keygen); the audit's "
                                      "`trusted_keys` checks it.", panel=OUTPUT)
     force: bool = option(False, help="Replace existing outputs (the model, its cards, a saved generator).", panel=OUTPUT)
+    teacher_diagnostics: bool = option(False, help="Show statistics of the teacher's un-noised answers on the console (the student's "
+                                       "agreement with the teacher on held-out synthetic inputs, non-finite answers). Not private: "
+                                       "keep it off where the log may be public (CI).", panel=OUTPUT)
     teacher_card: Optional[str] = option(None, help="The teacher's own dpconvert privacy card (default: the one embedded in an ONNX teacher). "
                                          "When it verifies, the student's card carries the teacher's record-level guarantee too.", panel=TEACHER)
     trusted_keys: Optional[str] = option(None, help="Public keys (a folder of *.pub) a teacher card's signature must verify against.",

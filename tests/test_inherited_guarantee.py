@@ -98,9 +98,13 @@ def test_dpdfd_on_gan_queries_composes_the_critics_epsilon(dp_teacher, tmp_path,
 def test_a_data_free_student_keeps_the_teachers_guarantee_alone(dp_teacher, tmp_path, cli):
     out = tmp_path / "s.onnx"
     assert cli(dp_teacher, "--eps", "1", *FAST, "--out", out)[0] == 0
-    g = _card(out)["teacher"]["guarantee"]
+    card = _card(out)
+    g = card["teacher"]["guarantee"]
     assert g["run_reads_private_records"] is False and g["epsilon"] == pytest.approx(g["teacher_epsilon"])
     assert "private_data_is_not_teacher_data" not in g and "signature" not in g
+    # the teacher card says how the ONNX teacher's inputs are normalised: used, and the "assumed" warning dropped
+    assert card["model"]["mean"] == _card(dp_teacher)["model"]["mean"] != [0.0]
+    assert not any("normalisation unknown" in w for w in card["warnings"])
 
 
 def _forgeries(card: dict) -> list:

@@ -12,6 +12,10 @@ from typing import Iterable, Optional
 Term = tuple[float, int, Optional[float]]
 
 PLD_DISCRETIZATION = 1e-4
+# Below this noise multiplier a PLD grid at the finest discretization grows as 1/σ² (σ = 0.02 is out of memory): the
+# interval grows with it, so the grid stays the size it has at this σ. A coarser interval only loosens the bound
+# (dp_accounting discretises pessimistically), and any card is replayed in bounded time and memory.
+PLD_FINEST_AT = 0.5
 
 
 def _event(terms: Iterable[Term]):
@@ -33,11 +37,16 @@ def epsilon(terms: Iterable[Term], delta: float, *, accountant: str = "pld", dis
     from dp_accounting.pld import pld_privacy_accountant
     from dp_accounting.rdp import rdp_privacy_accountant
 
+    terms = list(terms)
     event = _event(terms)
     if event is None:
         return 0.0
     if accountant == "pld":
-        acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=discretization)
+        smallest = min((float(m) for m, count, _ in terms if count > 0), default=PLD_FINEST_AT)
+        if smallest <= 0:
+            raise ValueError(f"noise multiplier {smallest:g}: no finite ε")
+        coarsened = discretization * max(1.0, (PLD_FINEST_AT / smallest) ** 2)
+        acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=coarsened)
     elif accountant == "rdp":
         acc = rdp_privacy_accountant.RdpAccountant()
     else:

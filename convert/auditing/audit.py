@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -163,6 +164,7 @@ def _audit_into(a: ModelAudit, path: Path, policy: Policy, run_model: bool) -> N
         return
     if copies.proto is not None:
         _check_onnx_file(a, copies.proto)
+        _check_unbound_text(a, copies.proto, policy)
     if not copies.cards:
         a.add("card present", policy.allow_missing, "no privacy card: no DP guarantee" + (" (allowed by `allow_missing`)" if policy.allow_missing else ""))
         return
@@ -219,6 +221,27 @@ def _check_onnx_file(a: ModelAudit, proto) -> None:
         a.add("ONNX checker", True)
     except Exception as e:  # noqa: BLE001 — onnx raises several types
         a.add("ONNX checker", False, _one_line(str(e).splitlines()[0] if str(e) else type(e).__name__))
+
+
+PRIVACY_WORDS = re.compile(r"privacy|private|epsilon|ε|δ|delta|\bdp\b|differential|guarantee|certif|dpconvert", re.IGNORECASE)
+
+
+def _check_unbound_text(a: ModelAudit, proto, p: Policy) -> None:
+    """ONNX text outside the graph and outside the card (other metadata entries, the model's doc string) is covered by
+    neither the model hash nor the card's signature: one that speaks of privacy fails (a reader would take it for the
+    card), and under `require_signature` any such text fails (a signed model carries nothing unsigned)."""
+    from dpconvert.zoo_cards import METADATA_KEY
+
+    texts = [(f"metadata {e.key!r}", f"{e.key} {e.value}") for e in proto.metadata_props if e.key != METADATA_KEY]
+    if proto.doc_string:
+        texts.append(("doc_string", proto.doc_string))
+    loud = [where for where, text in texts if PRIVACY_WORDS.search(text)]
+    if loud:
+        a.add("ONNX text outside the card", False, f"{', '.join(loud)} speaks of privacy outside the card (bound by neither the model hash "
+              "nor the card's signature): remove it, the card is the one place for claims")
+    elif texts and p.require_signature:
+        a.add("ONNX text outside the card", False, f"{', '.join(w for w, _ in texts)} is not covered by the signature (`require_signature`): "
+              "remove it or put it on the card before signing")
 
 
 def _check_signature(a: ModelAudit, card, p: Policy) -> None:

@@ -28,6 +28,23 @@ from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, reg
 log = logging.getLogger("dpconvert")
 
 
+def check_release_memory(batch_size: int, spec) -> None:
+    """One release holds its B queries and its B×K rows (and their gradients) at once: a batch size that cannot fit in
+    this machine's memory is a one-line error from the plan, before anything is drawn."""
+    import os
+
+    numbers = batch_size * (spec.channels * spec.height * spec.width + 2 * spec.num_classes)
+    need = 4 * numbers  # float32
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX memory count: no bound to state
+        return
+    if need > memory / 2:
+        fit = max(1, int(memory / 2 / (4 * numbers / batch_size)))
+        raise DpconvertError(f"`batch_size` {batch_size:,}: one release holds ≈ {need / 2**30:,.0f} GiB of queries and rows, more than half "
+                             f"this machine's memory ({memory / 2**30:.0f} GiB); give `batch_size` {fit:,} or less (ε does not depend on it)")
+
+
 @register
 class Dpdfd(Method):
     name = "dpdfd"
@@ -82,6 +99,7 @@ class Dpdfd(Method):
         per_image = public_targets(run, opts, spec) == "per-image"
         device_b = default_batch_size(spec, run.device)
         batch_size = opts.batch_size or (max(PER_IMAGE_BATCH, device_b) if per_image else device_b)
+        check_release_memory(batch_size, spec)
         delta = units_delta(batch_size * opts.releases) if run.delta_is_default else run.delta  # δ ≤ 1/(B·T) by default
         if opts.disjoint_partitions and run.delta_is_default:  # record-level: δ also within the other methods' default for records
             delta = min(delta, DEFAULT_DELTA)
@@ -139,13 +157,14 @@ class Dpdfd(Method):
                 accountant.record(e["mechanism"], count=e["count"], **e["params"])
         warnings += ctx.noise.warnings
         job = Engine(teacher, student, generator, cfg, accountant, device=run.device, prior=prior, noise=ctx.noise, world=ctx.world)
-        check_teacher(teacher, job.probe_inputs(PROBE_SIZE))  # row independence and finite answers, before any release
+        check_teacher(teacher, job.probe_inputs(PROBE_SIZE), job.probe_inputs(job.chunk))  # independent, finite rows, before any release
         if on_progress:
             on_progress(job.estimate())  # how long this will take, before the long part
-            job.attach_holdout()
+            if run.teacher_diagnostics:  # un-noised answers' statistics: the operator's, only on request
+                job.attach_holdout()
         rounds: list = []
         job.run(rounds.append, on_progress=_with_epsilon(on_progress, accountant, run.delta))
-        if job.mechanism.zeroed_rows:  # console only: how many answers were non-finite depends on the teacher
+        if job.mechanism.zeroed_rows and run.teacher_diagnostics:  # how many answers were non-finite depends on the teacher
             log.warning("note (console only): %d teacher answers were not finite and were released as zero rows (pure noise)",
                         job.mechanism.zeroed_rows)
         ran_the_plan = accountant.count("normalised_gaussian_release") == opts.releases and math.isclose(
