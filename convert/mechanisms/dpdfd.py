@@ -334,27 +334,33 @@ class Dpdfd:
         return "" if a is None else f"agreement {a:.2f}"
 
     def estimate(self, probe: int = 256) -> dict:
-        """What the run will cost on this machine, from timing the teacher and one student step on ``probe`` query inputs
-        (a copy of the student: the run itself is unchanged). Console only: no private data is involved."""
+        """What the run will cost on this machine, from timing the teacher and student steps on ``probe`` query inputs
+        (a copy of the student: the run itself is unchanged). Each is timed repeatedly for a while and the median taken:
+        one short timing on a loaded machine was off by up to 60× (a burst of the other load, or of thread start-up).
+        Console only: no private data is involved."""
         import copy
 
         cfg, n = self.cfg, min(probe, self.chunk)
         self.probe_inputs(2)  # warm-up
-        t0 = time.perf_counter()
         x = self.probe_inputs(n)
-        render = (time.perf_counter() - t0) / n  # drawing a query input: once per released row, and per student sample re-rendered from z
+        render = _median_seconds(lambda: self.probe_inputs(n)) / n  # once per released row, and per student sample rendered from z
         with torch.inference_mode(), self.model.autocast():
             self.teacher(x[:2])  # warm-up: lazy initialisation is not throughput
-            t0 = time.perf_counter()
-            self.teacher(x)
-            teacher = (time.perf_counter() - t0) / n
+            teacher = _median_seconds(lambda: self.teacher(x)) / n
         twin = StudentModel(copy.deepcopy(self.student).train(), self.device, cfg.amp, LOCAL)
-        twin(x[:2]).sum().backward()
-        t0 = time.perf_counter()
-        twin(x).sum().backward()
-        student = (time.perf_counter() - t0) / n
+        opt = torch.optim.Adam(twin.module.parameters(), lr=0.0)
+        size = min(self.chunk, cfg.source_minibatch if cfg.student_data == "sources" else cfg.minibatch)
+        batch = x[:size] if size <= n else self.probe_inputs(size)
+
+        def step():  # one optimiser step on a training minibatch, as the trainer takes it
+            opt.zero_grad(set_to_none=True)
+            twin.fit_forward(batch).sum().backward()
+            opt.step()
+
+        step()
+        student = _median_seconds(step) / len(batch)
         rows, per_row = cfg.batch_size * cfg.releases, (self.prior.nz if self.store_z else x[0].numel())
-        student += render if self.store_z and cfg.student_data == "rows" else 0.0
+        student += render if self.store_z else 0.0  # rows kept as z, or views of source images: rendered again for every sample
         return {"kind": "estimate", "probe": n, "queries_seconds": rows * render, "teacher_seconds": rows * teacher / self.world.size,
                 "student_seconds": self._planned_student_samples() * student / self.world.size,
                 "kept_bytes": 4 * per_row * (rows if cfg.student_data == "rows" else 0), "kept_as": "z" if self.store_z else "images"}
@@ -391,3 +397,15 @@ class Dpdfd:
                 self.adjust_for_query_prior()
             if on_round:
                 on_round(RoundInfo(r, self.accountant.count(NormalisedGaussianRelease.mechanism), ls, lg, time.perf_counter() - t0, times))
+
+
+def _median_seconds(fn, *, at_least: float = 0.5, at_most: int = 25) -> float:
+    """Median wall time of ``fn()`` over repeats that fill ``at_least`` seconds (at most ``at_most`` of them)."""
+    import statistics
+
+    times, start = [], time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - start < at_least and len(times) < at_most):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
