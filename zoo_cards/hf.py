@@ -16,6 +16,7 @@ from typing import Optional
 
 from dpconvert.errors import DpconvertError
 
+from .figures import dp_tags
 from .card import PrivacyCard
 from .markdown import _tag, code, render_markdown
 
@@ -40,7 +41,7 @@ def render_hf_model_card(card: PrivacyCard, *, license: str = "other") -> str:
     g, m, mech, u = d["guarantee"], d["model"], d["mechanism"], d.get("utility")
     name = Path(m["file"]).stem
     front = ["---", f"license: {_y(license)}", "library_name: onnx", "pipeline_tag: image-classification",
-             "tags: " + _y(["differential-privacy", f"dp-{_tag(mech['method'])}", f"dp-scope-{_tag(g['scope'])}", "dpconvert", "onnx"])]
+             "tags: " + _y([*dp_tags(d), f"dp-{_tag(mech['method'])}", f"dp-scope-{_tag(g['scope'])}", "dpconvert", "onnx"])]
     if u:
         metric = {"type": "accuracy", "value": round(float(u["student_accuracy"]), 4),
                   "name": "student accuracy (computed outside the DP mechanism; not covered by the guarantee)"}
@@ -94,4 +95,4 @@ def claims_dpconvert(text: str) -> bool:
         return False
     end = text.find("\n---", 3)
     front = text[3:end if end > 0 else len(text)]
-    return "dpconvert" in front or "differential-privacy" in front
+    return "dpconvert" in front or "differential-privacy" in front or "dp-query-level" in front

@@ -53,22 +53,26 @@ def _seq(v) -> str:
 
 
 def _guarantee_lines(d: dict) -> list[str]:
+    from .figures import eps_text, scope_sentences
+
     g, a = d["guarantee"], d["accounting"]
     lines = [
-        f"**(ε, δ) = ({_fmt(g['epsilon'])}, {_fmt(g['delta'])})**, scope **{text(g['scope'])}**: {text(g['adjacency'])}.",
+        f"**(ε, δ) = ({eps_text(g['epsilon'])}, {_fmt(g['delta'])})**, scope **{text(g['scope'])}**: {text(g['adjacency'])}.",
         "",
-        f"- Record-level worst case (add/remove one training record of the teacher): ε = {_fmt(g['record_level_epsilon'])}"
+        *(f"- {text(s)}" for s in scope_sentences(g)),
+        "",
+        f"- Record-level worst case (add/remove one training record of the teacher): ε = {eps_text(g['record_level_epsilon'])}"
         if "query_level_epsilon" not in g else  # several teachers on disjoint partitions: the headline is record-level
-        f"- Query level, per answer (add/remove one answer of the teachers): ε = {_fmt(g['query_level_epsilon'])}",
+        f"- Query level, per answer (add/remove one answer of the teachers): ε = {eps_text(g['query_level_epsilon'])}",
     ]
     if "queries_record_level_epsilon" in g:  # DPDFD on DP-critic GAN samples: the second scope
         lines.append(f"- The queries' record level (add/remove one private record the DP-critic GAN was trained on; the queries and the "
-                     f"GAN are post-processing of its critic): ε = {_fmt(g['queries_record_level_epsilon'])}")
+                     f"GAN are post-processing of its critic): ε = {eps_text(g['queries_record_level_epsilon'])}")
     if "per_image_epsilon" in g:
-        lines.append(f"- All the answers about one public query image (public-image queries): ε = {_fmt(g['per_image_epsilon'])}")
+        lines.append(f"- All the answers about one public query image (public-image queries): ε = {eps_text(g['per_image_epsilon'])}")
     if "replace_one_epsilon" in g:
-        lines.append(f"- Replace-one adjacency at the same scope: ε = {_fmt(g['replace_one_epsilon'])}" if "query_level_epsilon" not in g
-                     else f"- One answer of the teachers replaced (instead of added/removed): ε = {_fmt(g['replace_one_epsilon'])}")
+        lines.append(f"- Replace-one adjacency at the same scope: ε = {eps_text(g['replace_one_epsilon'])}" if "query_level_epsilon" not in g
+                     else f"- One answer of the teachers replaced (instead of added/removed): ε = {eps_text(g['replace_one_epsilon'])}")
     lines += ["- Covered: " + "; ".join(text(c) for c in g["covers"]), "- Not covered: " + "; ".join(text(c) for c in g["not_covered"]),
               "", "## Accounting", ""]
     lines.append(f"Accountant {code(a['accountant'])}" + (f", calibrated to target ε = {_fmt(a.get('target_epsilon'))}" if a.get("calibrated") else "") + ".")
@@ -106,11 +110,17 @@ def _teacher_guarantee_line(tg: dict) -> str:
 
 
 def render_markdown(card: PrivacyCard) -> str:
+    if card.data.get("schema_version") == "1.0":  # as the release that wrote it rendered it (the audit compares bytes)
+        from . import markdown_1_0
+
+        return markdown_1_0.render_markdown(card)
     if card.kind == "data":
         return render_data_markdown(card)
     d = card.data
     m = d["model"]
-    lines = ["---", "tags:", "- differential-privacy", f"- dp-{_tag(d['mechanism']['method'])}", "- dpconvert", "---", "",
+    from .figures import dp_tags
+
+    lines = ["---", "tags:", *(f"- {t}" for t in dp_tags(d)), f"- dp-{_tag(d['mechanism']['method'])}", "- dpconvert", "---", "",
              f"# Privacy card: {code(m['file'])}", ""]
     lines += _guarantee_lines(d)
     lines += ["", "## Model", "", f"- file {code(m['file'])}, sha256 {code(m['sha256'])} ({text(m['sha256_method'])})",

@@ -34,6 +34,16 @@ def _num(v, fmt: str = "{:.4g}") -> tuple[str, str]:
     return fmt.format(v), repr(float(v))
 
 
+def _record_level(r) -> tuple[str, str]:
+    """The record-level ε in the card's own format, and in words where it protects nothing (a query-level card)."""
+    from dpconvert.zoo_cards.figures import eps_text, meaningful
+
+    if r.record_level_epsilon is None:
+        return "—", ""
+    shown, key = eps_text(r.record_level_epsilon), _num(r.record_level_epsilon)[1]
+    return (shown if meaningful(r.record_level_epsilon) else f"{shown} (no meaningful protection of the teacher's records)"), key
+
+
 def display_path(path: str, roots=()) -> str:
     """A model's path as people scan a zoo: relative to the audited folder it was found in (the folder named on the
     command line), else as given."""
@@ -51,7 +61,7 @@ def display_path(path: str, roots=()) -> str:
 def _row(r, roots=()) -> str:
     eps = r.recomputed_epsilon if r.recomputed_epsilon is not None else r.epsilon
     cells = [(display_path(r.path, roots), None), ("pass" if r.passed else "FAIL", None), _num(eps), _num(r.delta, "{:g}"), (r.scope or "—", None),
-             _num(r.record_level_epsilon), _num(r.accuracy, "{:.3f}"), ("; ".join(r.failures()), None)]
+             _record_level(r), _num(r.accuracy, "{:.3f}"), ("; ".join(r.failures()), None)]
     tds = "".join(f'<td data-v="{html.escape(key)}">{html.escape(text)}</td>' if key is not None else f"<td>{html.escape(text)}</td>"
                   for text, key in cells)
     return f'<tr class="{"pass" if r.passed else "fail"}">{tds}</tr>'

@@ -15,6 +15,8 @@ from .flags import as_flags
 def print_plan(result: dict, to=None) -> None:
     from rich.table import Table
 
+    from dpconvert.zoo_cards.figures import eps_text, meaningful
+
     to = to or out
 
     table = Table(title=f"privacy plan ({result['method']}, scope {result['scope']}, δ={result['delta']:g})")
@@ -29,29 +31,32 @@ def print_plan(result: dict, to=None) -> None:
             rows.append(("teachers n (disjoint partitions)", str(result["teachers"])))
         if "queries_record_level_epsilon" in result:  # `generator` dpgan: the GAN's own record-level scope
             rows += [("DP-critic GAN σ", f"{result['gan_sigma']:.4f}"), ("GAN samples queried", str(result["gan_images"])),
-                     ("queries' record-level ε", f"{result['queries_record_level_epsilon']:.4f}")]
+                     ("queries' record-level ε", eps_text(result["queries_record_level_epsilon"]))]
     else:
         sig = f"{result['sigma2']:.4f}" + (" (calibrated)" if result["calibrated"] else "")
         rows = [("k", str(result["k"])), ("sampling rate γ", f"{result['sampling_rate']:g}"), ("σ1 (screening)", f"{result['sigma1']:g}"),
                 ("threshold", f"{result['threshold']:g}"), ("σ2 (argmax)", sig), ("queries asked / answered", f"{result['queries_asked']} / {result['queries_answered']}")]
     for name, value in result["accountants"].items():
-        rows.append((f"ε ({name})", f"{value:.4f}"))
-    rows.append(("ε reported", f"{result['epsilon']:.4f}"))
+        rows.append((f"ε ({name})", eps_text(value)))
+    rows.append(("ε reported", eps_text(result["epsilon"])))
     if "replace_one_epsilon" in result:
-        rows.append(("ε, replace-one answer", f"{result['replace_one_epsilon']:.4f}"))
+        rows.append(("ε, replace-one answer", eps_text(result["replace_one_epsilon"])))
     if "query_level_epsilon" in result:  # the headline is record-level: the per-answer bound beside it
-        rows.append(("ε, query level (per answer)", f"{result['query_level_epsilon']:.4f}"))
+        rows.append(("ε, query level (per answer)", eps_text(result["query_level_epsilon"])))
     elif "record_level_epsilon" in result:
-        rows.append(("ε, record-level worst case", f"{result['record_level_epsilon']:.4f}"))
+        rows.append(("ε, record-level worst case", eps_text(result["record_level_epsilon"])))
     tr = result.get("teacher_records")  # the teacher carries a DP guarantee (its verified card)
     if tr:
-        rows.append(("teacher's own ε (its card)", f"{tr['teacher_epsilon']:.4f}"))
+        rows.append(("teacher's own ε (its card)", eps_text(tr["teacher_epsilon"])))
         if "run_epsilon" in tr:
-            rows.append(("ε, teacher's records (teacher + run)", f"{tr['epsilon']:.4f}"))
+            rows.append(("ε, teacher's records (teacher + run)", eps_text(tr["epsilon"])))
     for r in rows:
         table.add_row(*r)
     to.print(table)
     to.print(as_flags(f"adjacency: {result['adjacency']}"), markup=False)
+    if result.get("scope") == "query" and "record_level_epsilon" in result and not meaningful(result["record_level_epsilon"]):
+        to.print(f"the teacher's individual training records get no meaningful protection (worst case ε = "
+                 f"{eps_text(result['record_level_epsilon'])}): the guarantee is for the teacher's answers", markup=False)
     if tr:
         to.print(as_flags(f"teacher's training records: (ε, δ) = ({tr['epsilon']:.4g}, {tr['delta']:.3g}); {tr['note']}"), markup=False)
     if result.get("method_choice"):
@@ -187,6 +192,8 @@ TIMINGS_HIDDEN = ("hidden: this run read private data, and how long each phase t
 def print_summary(result, throughput: bool = False, show_timings: bool = False) -> None:
     from rich.table import Table
 
+    from dpconvert.zoo_cards.figures import eps_text, scope_sentences
+
     d = result.card.data
     private = "timings" in (d.get("run") or {})  # the card's run block records no timing when private data was read
     g = d["guarantee"]
@@ -194,11 +201,12 @@ def print_summary(result, throughput: bool = False, show_timings: bool = False) 
     rows = [
         ("student", f"{result.out}  ({d['model']['architecture']}, {d['model']['num_params']:,} parameters)"),
         ("privacy card", f"{result.card_json}, {result.card_md}"),
-        ("ε, δ (scope)", f"{g['epsilon'] if isinstance(g['epsilon'], str) else round(g['epsilon'], 4)}, {g['delta']:g} ({g['scope']})"),
-        ("record-level worst case ε", str(g["record_level_epsilon"] if isinstance(g["record_level_epsilon"], str) else round(g["record_level_epsilon"], 2)))
-        if "query_level_epsilon" not in g else ("query-level ε (per answer)", str(round(g["query_level_epsilon"], 4))),
-        *([("queries' record-level ε (DP-critic GAN)", str(round(g["queries_record_level_epsilon"], 4)))]
+        ("ε, δ (scope)", f"{eps_text(g['epsilon'])}, {g['delta']:g} ({g['scope']})"),
+        ("record-level worst case ε", eps_text(g["record_level_epsilon"]))
+        if "query_level_epsilon" not in g else ("query-level ε (per answer)", eps_text(g["query_level_epsilon"])),
+        *([("queries' record-level ε (DP-critic GAN)", eps_text(g["queries_record_level_epsilon"]))]
           if "queries_record_level_epsilon" in g else []),
+        ("what it means", " ".join(scope_sentences(g)[1:]) or scope_sentences(g)[0]),
         ("ONNX parity", f"max |Δ| {d['export']['parity']['max_abs_diff']:.1e}, top-1 agreement {d['export']['parity']['top1_agreement']:.3f}"),
     ]
     if private and not show_timings:
