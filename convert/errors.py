@@ -36,10 +36,19 @@ def derive_fix(message: str) -> Optional[str]:
 class DpconvertError(Exception):
     """A problem the user can fix; the message names the fix. ``param``: the parameter to change (given, or the first
     one the message names in backticks; None when the fix is not a parameter, e.g. a file to replace). ``fix``: the
-    change that resolves it (given, or the message's fix clause: :func:`derive_fix`)."""
+    change that resolves it (given, or the message's fix clause: :func:`derive_fix`). ``exit_code``: the CLI's."""
+
+    exit_code = 1
 
     def __init__(self, message: str = "", *, param: Optional[str] = None, fix: Optional[str] = None) -> None:
         super().__init__(message)
         found = _PARAM.search(str(message))
         self.param = param if param is not None else (found.group(1) if found else None)
         self.fix = fix if fix is not None else derive_fix(str(message))
+
+
+class OptionError(DpconvertError, ValueError):
+    """A malformed option: a value out of its range, an unknown name or choice, a size that does not parse. A usage
+    error: the CLI exits 2, as for an option it cannot parse at all."""
+
+    exit_code = 2

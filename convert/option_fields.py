@@ -21,7 +21,7 @@ import typing
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Callable, Optional
 
-from .errors import DpconvertError
+from .errors import OptionError
 
 # panels of the options every conversion takes (methods name their own in a PANEL class attribute)
 TEACHER, PRIVACY, DATA, OUTPUT = "Teacher", "Privacy", "Data", "Output"
@@ -152,7 +152,7 @@ def from_flat(cls: type, values: dict, *, param_prefix: str = ""):
     try:
         return cls(**kwargs), values
     except TypeError as e:  # a dict given for a nested class with an unknown key
-        raise DpconvertError(f"{param_prefix or cls.__name__}: {e}") from None
+        raise OptionError(f"{param_prefix or cls.__name__}: {e}") from None
 
 
 def to_flat(obj) -> dict:
@@ -181,9 +181,9 @@ def check_choices(obj, prefix: str = "") -> None:
     for f in dataclasses.fields(obj):
         meta, value = f.metadata, getattr(obj, f.name)
         if meta.get("choices") and value is not None and value not in meta["choices"]:
-            raise DpconvertError(f"unknown `{prefix}{f.name}` {value!r}; choose one of: {', '.join(map(str, meta['choices']))}")
+            raise OptionError(f"unknown `{prefix}{f.name}` {value!r}; choose one of: {', '.join(map(str, meta['choices']))}")
         if meta.get("only_with") and value != f.default:
             other, wanted = meta["only_with"]
             if getattr(obj, other) != wanted:
-                raise DpconvertError(f"`{prefix}{f.name}` configures `{prefix}{other}` {wanted}, not {getattr(obj, other)}: drop it or choose "
+                raise OptionError(f"`{prefix}{f.name}` configures `{prefix}{other}` {wanted}, not {getattr(obj, other)}: drop it or choose "
                                      f"`{prefix}{other}` {wanted}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from typing import Callable, Generic, Iterator, TypeVar
 
-from .errors import DpconvertError
+from .errors import OptionError
 
 T = TypeVar("T")
 
@@ -41,7 +41,7 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            raise DpconvertError(self.unknown_message(name)) from None
+            raise OptionError(self.unknown_message(name)) from None
 
     def unknown_message(self, name: str) -> str:
         close = difflib.get_close_matches(name, self.names(), n=1)

@@ -29,7 +29,7 @@ def converted(tmp_path_factory):
 
 def test_outputs_exist_and_card_is_valid(converted):
     card = PrivacyCard.read(str(converted) + ".card.json")
-    assert (converted.parent / "student.onnx.card.md").read_text().startswith("---\ntags:\n- differential-privacy")
+    assert (converted.parent / "student.onnx.card.md").read_text().startswith("---\ntags:\n- dp-query-level")  # a query-level student is not tagged differential-privacy
     assert card.scope == "query" and card.delta == 1e-5 and card.epsilon <= 1.0
     assert card.record_level_epsilon > card.epsilon
     assert card.data["utility"]["covered_by_guarantee"] is False

@@ -242,3 +242,16 @@ def test_the_audit_requires_n_distinct_members_of_an_ensemble():
     single = copy.deepcopy(card)
     single["teacher"]["kind"] = "safetensors"
     assert "teacher.kind" in _fields(single)
+
+
+def test_previous_release_markdown_is_rendered_as_its_release_did():
+    """The audit compares a .card.md byte for byte with the rendering of the checked card: schema-1.0 cards with the
+    renderer of their release."""
+    from dpconvert.zoo_cards import PrivacyCard
+    from dpconvert.zoo_cards.markdown import render_markdown
+
+    mds = sorted(PREVIOUS.glob("*.card.md"))
+    assert mds
+    for md in mds:
+        card = PrivacyCard(json.loads(md.with_name(md.name.replace(".md", ".json")).read_text()))
+        assert render_markdown(card) == md.read_text(), md.name

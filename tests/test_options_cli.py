@@ -141,3 +141,14 @@ def test_help_at_80_columns_leads_with_the_teacher_and_shows_no_bool(cli, monkey
 
     text = re.sub(r"[\s│]+", " ", out)  # the help as one line, without the panels' borders
     assert "Neighbours voting on each query. Default: 300." in text  # Private-kNN's k, from its declaration
+
+
+@pytest.mark.parametrize("args", [["--eps", "abc"], ["--eps", "0"], ["--input-size", "3,32"], ["--method", "foo"], ["--student", "nope"],
+                                  ["--delta", "2"]])
+def test_usage_errors_exit_2_as_the_readme_says(cli, tmp_path, args):
+    code, _, err = cli("builtin:digits", *args, "--out", tmp_path / "s.onnx")
+    assert code == 2 and not list(tmp_path.iterdir()), err
+
+
+def test_a_problem_that_is_not_usage_exits_1(cli, tmp_path):
+    assert cli(tmp_path / "missing.pt", "--out", tmp_path / "s.onnx")[0] == 1

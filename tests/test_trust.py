@@ -336,7 +336,7 @@ def test_hugging_face_model_card(dpdfd_model, tmp_path, cli):
     text = readme.read_text()
     assert text.startswith("---\n")
     front = yaml.safe_load(text.split("---\n")[1])
-    assert front["license"] == "apache-2.0" and "differential-privacy" in front["tags"] and "dp-scope-query" in front["tags"]
+    assert front["license"] == "apache-2.0" and "dp-query-level" in front["tags"] and "differential-privacy" not in front["tags"] and "dp-scope-query" in front["tags"]
     assert "# Privacy card" in text and "dpconvert audit" in text
     assert cli("card", "export", dpdfd_model, "--format", "pdf", "--out", tmp_path / "x.md")[0] == 1
     # with evaluation data, the accuracy goes into model-index, labelled as outside the guarantee

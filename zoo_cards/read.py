@@ -48,7 +48,8 @@ class CardCopies:
                                  + (", none embedded" if self.proto is not None else "") + ")")
         card = next(iter(self.cards.values()))
         if any(c.data != card.data for c in self.cards.values()):
-            raise DpconvertError(f"{self.artifact}: its card copies ({', '.join(self.cards)}) differ; audit it to see which")
+            raise DpconvertError(f"{self.artifact}: its card copies ({', '.join(self.cards)}) differ: one was edited after dpconvert wrote "
+                                 "it; delete the edited copy (or convert again), then sign")
         return card
 
     def artifact_sha256(self) -> Optional[str]:
@@ -71,11 +72,13 @@ class CardCopies:
         out = []
         if len(self.cards) > 1:
             agree = all(c.data == card.data for c in self.cards.values())
-            out.append(("copies agree", agree, "" if agree else f"the copies ({', '.join(self.cards)}) differ"))
+            out.append(("copies agree", agree, "" if agree else f"the copies ({', '.join(self.cards)}) differ: one was edited after dpconvert "
+                        "wrote it; delete the edited copy or convert again"))
         if self.markdown is not None:
             ok = self.markdown == render_markdown(card)
             out.append((".card.md matches", ok, "" if ok else f"{card_paths(self.artifact)[1].name} differs from the Markdown rendered "
-                        "from the card (edited, or written for another card); write it again with `dpconvert card sign` or delete it"))
+                        "from the card (edited, or written for another card); delete it, then `dpconvert card sign` writes it again from the "
+                        "card"))
         if self.readme_text is not None:
             problem = readme_problem(self.readme_text, card)
             out.append(("README.md matches", problem is None, problem or ""))

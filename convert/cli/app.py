@@ -4,7 +4,7 @@ command group lives in its own module (``*_cmd.py``), registered on ``app`` when
 Options left out are passed as ``None`` and the library fills in its defaults (``options.py``,
 ``methods/*.py``). Library errors name parameters in backticks (`batch_size`); ``main`` turns them into this CLI's
 flags (``--batch-size``). Heavy imports (torch, timm, onnx) happen inside commands so ``dpconvert --help`` is
-instant. Every ``DpconvertError`` becomes one red line and exit code 1; usage errors exit 2.
+instant. Every ``DpconvertError`` becomes one red line and exit code 1; usage errors (``OptionError`` too) exit 2.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def main() -> None:
             sys.exit(rc)
     except DpconvertError as e:
         err.print(f"error: {as_flags(str(e))}", style="bold red", markup=False)
-        sys.exit(1)
+        sys.exit(e.exit_code)
     except KeyboardInterrupt:
         err.print("interrupted; no output was written", style="bold red")
         sys.exit(130)

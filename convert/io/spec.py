@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from dpconvert.errors import DpconvertError
+from dpconvert.errors import DpconvertError, OptionError
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def parse_size(text: str) -> tuple[int, int, int]:
     except ValueError:
         parts = ()
     if len(parts) != 3 or min(parts) < 1:
-        raise DpconvertError(f"`input_size` must be C,H,W with positive integers (e.g. 1,28,28), got {text!r}")
+        raise OptionError(f"`input_size` must be C,H,W with positive integers (e.g. 1,28,28), got {text!r}")
     return parts  # type: ignore[return-value]
 
 
@@ -72,4 +72,4 @@ def parse_floats(text: str, flag: str) -> tuple[float, ...]:
     try:
         return tuple(float(p) for p in text.split(","))
     except ValueError:
-        raise DpconvertError(f"{flag} must be comma-separated numbers (e.g. 0.5 or 0.485,0.456,0.406), got {text!r}") from None
+        raise OptionError(f"{flag} must be comma-separated numbers (e.g. 0.5 or 0.485,0.456,0.406), got {text!r}") from None

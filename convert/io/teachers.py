@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional
 
-from dpconvert.errors import DpconvertError
+from dpconvert.errors import DpconvertError, OptionError
 from dpconvert.io.hashing import file_sha256
 from dpconvert.registry import Registry
 from dpconvert.io.spec import InputSpec, parse_floats, parse_size
@@ -94,11 +94,30 @@ def _loader(name: str, claims: Callable[[str], bool]):
     return deco
 
 
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
 def _require_file(source: str) -> Path:
     p = Path(source)
     if not p.is_file():
         raise DpconvertError(f"{source}: no such file; check the teacher path (or use timm:NAME / builtin:digits)")
+    with open(p, "rb") as f:
+        head = f.read(len(LFS_POINTER))
+    if head == LFS_POINTER:  # a Hub or Git clone without Git LFS: the file is a 130-byte pointer, not the weights
+        raise DpconvertError(f"{source} is a Git LFS pointer, not the model: fetch the file itself (`git lfs pull` in its clone, or "
+                             "download it)")
     return p
+
+
+def _torch_checkpoint_format(path: Path) -> Optional[str]:
+    """"zip" (torch.save since 1.6), "pickle" (older torch.save), or None: not a file torch.save writes."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head.startswith(b"PK\x03\x04"):
+        return "zip"
+    if head[:1] == b"\x80":  # pickle protocol 2 and later
+        return "pickle"
+    return None
 
 
 def _suffix(*suffixes: str) -> Callable[[str], bool]:
@@ -128,6 +147,10 @@ def _spec_from(base: Optional[InputSpec], opts: LoadOptions, what: str) -> Input
         std = opts.std
     if base is not None and opts.in_chans is not None and c != base.channels and opts.mean is None:
         mean, std = (sum(mean) / len(mean),), (sum(std) / len(std),)
+    for given, values, flag in ((opts.mean, mean, "mean"), (opts.std, std, "std")):
+        if given is None and values is not None and len(values) not in (1, c):  # the model's own normalisation, not a flag
+            raise DpconvertError(f"{what}: the model normalises {len(values)} input channels but `input_size` gives {c}; give the "
+                                 f"model's own input size (C = {len(values)}), or `mean` and `std` for {c} channel{'s' * (c > 1)}")
     return InputSpec(c, h, w, k, mean if mean is not None else (0.0,), std if std is not None else (1.0,))
 
 
@@ -253,6 +276,25 @@ def load_builtin(source: str, opts: LoadOptions) -> Teacher:
 
 
 # ---------------------------------------------------------------- timm:NAME[.TAG]
+def _require_hub(source: str, timeout: float = 3.0) -> None:
+    """A one-line error in seconds where the Hugging Face Hub cannot be reached (offline, or a sandbox): timm would
+    otherwise retry for about a minute before failing with a page of retries."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    fix = "pass `weights` FILE to load local weights offline"
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise DpconvertError(f"{source}: HF_HUB_OFFLINE is set, so its pretrained weights cannot be downloaded; {fix}")
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout).close()
+    except OSError:
+        raise DpconvertError(f"{source}: the Hugging Face Hub ({endpoint.hostname}) cannot be reached from here to download its "
+                             f"pretrained weights; {fix}") from None
+
+
+
 @_loader("timm", lambda s: s.startswith("timm:"))
 def load_timm(source: str, opts: LoadOptions) -> Teacher:
     import timm
@@ -278,6 +320,7 @@ def load_timm(source: str, opts: LoadOptions) -> Teacher:
             model = create_timm(name, spec, pretrained=False)
             load_checkpoint(model, opts.weights, strict=True)
         else:
+            _require_hub(source)
             model = create_timm(name, spec, pretrained=True)
     except DpconvertError:
         raise
@@ -445,6 +488,9 @@ def load_torch_file(source: str, opts: LoadOptions) -> Teacher:
     import torch
 
     path = _require_file(source)
+    if _torch_checkpoint_format(path) is None:
+        raise DpconvertError(f"{source}: not a PyTorch checkpoint (torch.save writes a zip archive or a pickle; this file is neither); "
+                             "give the checkpoint itself, or a .safetensors / .onnx file")
     sha = file_sha256(path)
     if _is_torchscript(path):
         try:
@@ -464,9 +510,14 @@ def load_torch_file(source: str, opts: LoadOptions) -> Teacher:
                 f"{source} holds a pickled Python object (a whole nn.Module); unpickling runs arbitrary code from the file. "
                 "Save a state_dict instead, or pass `trust_pickle` if you trust its author"
             ) from None
-        obj = torch.load(str(path), map_location="cpu", weights_only=False)
-    except (RuntimeError, EOFError, OSError, ValueError) as e:
-        raise DpconvertError(f"{source}: corrupt or unreadable checkpoint ({str(e).splitlines()[0][:160]}); re-save it with torch.save") from None
+        try:
+            obj = torch.load(str(path), map_location="cpu", weights_only=False)
+        except Exception as e:  # noqa: BLE001 — unpickling user bytes raises anything
+            raise DpconvertError(f"{source}: corrupt checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}); "
+                                 "re-save it with torch.save") from None
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError, TypeError, IndexError) as e:
+        raise DpconvertError(f"{source}: corrupt or unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}); "
+                             "re-save it with torch.save") from None
     if isinstance(obj, torch.nn.Module):
         base, known = _module_spec(obj, opts)
         return Teacher(_torch_forward(obj, opts.device, channels_last=True), _spec_from(base, opts, source), "pickled-module", source,
@@ -510,7 +561,7 @@ def _from_state_dict(state: dict, arch: Optional[str], base: Optional[InputSpec]
                 notes.append(f"input normalisation taken from timm's {arch[5:]} config (mean {list(base.mean)}, std {list(base.std)}); "
                              "pass `mean`/`std` if the model was trained with other values")
     elif arch not in STUDENTS:
-        raise DpconvertError(STUDENTS.unknown_message(arch) + " Or use `arch` timm:NAME")
+        raise OptionError(STUDENTS.unknown_message(arch) + " Or use `arch` timm:NAME")
     spec = _spec_from(base, opts, source)
     module = create_student(arch, spec)
     missing, unexpected = [], []

@@ -7,7 +7,7 @@ is adding one module here that ends with ``@register``.
 
 from __future__ import annotations
 
-from dpconvert.errors import DpconvertError
+from dpconvert.errors import OptionError
 
 from . import adlm, dpdfd, dpsgd, pknn  # noqa: F401  (register the methods)
 from .base import METHODS, NOT_COVERED, Method, MethodOutput
@@ -39,5 +39,5 @@ def choose_method(run) -> tuple[str, str]:
             return "dpdfd", "no private data: DPDFD (query-level) on augmented public-image queries (not data-free)"
         return "dpdfd", "no private data: data-free DPDFD (query-level)"
     if run.method not in METHODS:
-        raise DpconvertError(METHODS.unknown_message(run.method))
+        raise OptionError(METHODS.unknown_message(run.method))
     return run.method, f"chosen by name: {METHODS.get(run.method).summary}"

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Optional
 
-from dpconvert.errors import DpconvertError
+from dpconvert.errors import DpconvertError, OptionError
 from dpconvert.registry import Registry
 
 from dpconvert.accounting.card_blocks import Claims, card_number  # noqa: F401  (re-exported for the methods)
@@ -60,7 +60,7 @@ class Method(ABC):
             owners = [m for m in METHODS if unknown[0] in option_names(METHODS.get(m).Options)]
             fix = f"choose `method` {owners[0]}" if owners else f"use one of its options: {', '.join('`' + k + '`' for k in sorted(known))}"
             owned = f" (it is an option of {' and '.join(owners)})" if owners else ""
-            raise DpconvertError(f"`{unknown[0]}` is not an option of method {self.name!r}{owned}; {fix}", fix=fix)
+            raise OptionError(f"`{unknown[0]}` is not an option of method {self.name!r}{owned}; {fix}", fix=fix)
         return from_flat(self.Options, values)[0]
 
     def check(self, run, opts) -> None:
