@@ -68,3 +68,15 @@ def phase(name: str, items: int = 0):
         yield
     finally:
         profile.add(name, time.perf_counter() - t0, items)
+
+
+def median_seconds(fn, *, at_least: float = 0.5, at_most: int = 25) -> float:
+    """Median wall time of ``fn()`` over repeats that fill ``at_least`` seconds (at most ``at_most`` of them)."""
+    import statistics
+
+    times, start = [], time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - start < at_least and len(times) < at_most):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)

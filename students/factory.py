@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from dpconvert.errors import DpconvertError
+from dpconvert.errors import DpconvertError, OptionError
 from dpconvert.io.spec import InputSpec
 from dpconvert.registry import Registry
 
@@ -37,7 +37,7 @@ def create_timm(name: str, spec: InputSpec, *, pretrained: bool) -> nn.Module:
 
         close = difflib.get_close_matches(base, timm.list_models(), n=1)
         hint = f" Did you mean 'timm:{close[0]}'?" if close else ""
-        raise DpconvertError(f"unknown timm model {name!r}.{hint} See timm.list_models() for names.")
+        raise OptionError(f"unknown timm model {name!r}.{hint} See timm.list_models() for names.")
     kwargs = dict(num_classes=spec.num_classes, in_chans=spec.channels)
     try:
         return timm.create_model(name, pretrained=pretrained, **kwargs)

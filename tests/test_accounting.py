@@ -199,10 +199,10 @@ def test_plan_cli_pknn(cli):
     assert json.loads(out)["accountants"]["rdp_theorem7_autodp"] == pytest.approx(0.9666, abs=5e-4)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--eps", "0"], "--eps"), (["--eps", "1", "--delta", "1"], "--delta"), (["--eps", "1", "--steps", "0"], "--steps"),
-    (["--eps", "1", "--delta", "1e-4", "--n", "60000"], "1/n"), (["--method", "pate", "--eps", "1"], "adlm, dpdfd, dpsgd, pknn"),
+@pytest.mark.parametrize("args,needle,exit_code", [  # 2: a malformed option (usage); 1: a plan that cannot hold
+    (["--eps", "0"], "--eps", 2), (["--eps", "1", "--delta", "1"], "--delta", 2), (["--eps", "1", "--steps", "0"], "--steps", 1),
+    (["--eps", "1", "--delta", "1e-4", "--n", "60000"], "1/n", 1), (["--method", "pate", "--eps", "1"], "adlm, dpdfd, dpsgd, pknn", 2),
 ])
-def test_plan_cli_bad(cli, args, needle):
+def test_plan_cli_bad(cli, args, needle, exit_code):
     code, _, err = cli("plan", *args)
-    assert code == 1 and needle in err and err.strip().count("\n") == 0
+    assert code == exit_code and needle in err and err.strip().count("\n") == 0

@@ -194,7 +194,7 @@ def test_timings_stay_off_artefacts_and_the_console_with_private_data(tmp_path, 
 # ------------------------------------------------------------------ δ (finding 8)
 def test_a_large_delta_needs_an_opt_in_that_the_card_and_the_audit_show(tmp_path, cli):
     code, _, err = cli("builtin:digits", "--delta", "0.3", *FAST, "--out", tmp_path / "s.onnx")
-    assert code == 1 and "--allow-large-delta" in err and not list(tmp_path.iterdir())
+    assert code == 2 and "--allow-large-delta" in err and not list(tmp_path.iterdir())
     code, _, err = cli("builtin:digits", "--delta", "0.3", "--allow-large-delta", *FAST, "--out", tmp_path / "s.onnx")
     assert code == 0, err
     card = PrivacyCard.read(f"{tmp_path / 's.onnx'}.card.json")

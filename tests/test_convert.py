@@ -139,18 +139,18 @@ def test_failure_while_writing_leaves_no_output(tmp_path, cli, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == []
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--out", "{d}/s.pt"], "must end in .onnx"),
-    (["--out", "{d}/missing/s.onnx"], "does not exist"),
-    (["--out", "{d}/s.onnx", "--eps", "0"], "--eps"),
-    (["--out", "{d}/s.onnx", "--student", "resnet9000"], "unknown student architecture"),
-    (["--out", "{d}/s.onnx", "--distill-loss", "mse"], "unknown --distill-loss 'mse'; choose one of: logits, ce, kd"),
-    (["--out", "{d}/s.onnx", "--prior", "dafl"], "unknown --prior 'dafl'"),
-    (["--out", "{d}/s.onnx", "--eval-data", "{d}/nope.npz"], "no such file"),
+@pytest.mark.parametrize("args,needle,exit_code", [  # 2: a malformed option, an unknown name or choice (usage); 1: the rest
+    (["--out", "{d}/s.pt"], "must end in .onnx", 1),
+    (["--out", "{d}/missing/s.onnx"], "does not exist", 1),
+    (["--out", "{d}/s.onnx", "--eps", "0"], "--eps", 2),
+    (["--out", "{d}/s.onnx", "--student", "resnet9000"], "unknown student architecture", 2),
+    (["--out", "{d}/s.onnx", "--distill-loss", "mse"], "unknown --distill-loss 'mse'; choose one of: logits, ce, kd", 2),
+    (["--out", "{d}/s.onnx", "--prior", "dafl"], "unknown --prior 'dafl'", 2),
+    (["--out", "{d}/s.onnx", "--eval-data", "{d}/nope.npz"], "no such file", 1),
 ])
-def test_bad_convert_inputs(tmp_path, cli, args, needle):
+def test_bad_convert_inputs(tmp_path, cli, args, needle, exit_code):
     code, _, err = cli("builtin:digits", *[a.format(d=tmp_path) for a in args], *FAST)
-    assert code == 1 and needle in err, err
+    assert code == exit_code and needle in err, err
     assert err.strip().count("\n") == 0
     assert not list(tmp_path.glob("*.onnx*"))
 
@@ -158,7 +158,7 @@ def test_bad_convert_inputs(tmp_path, cli, args, needle):
 def test_no_noise_needs_an_explicit_opt_in_and_fails_every_audit(tmp_path, cli):
     for flags in (["--noise-multiplier", "0"], ["--eps", "inf"]):
         code, _, err = cli("builtin:digits", *flags, "--out", tmp_path / "s.onnx", *FAST)
-        assert code == 1 and "--no-privacy" in err and not list(tmp_path.iterdir())
+        assert code == 2 and "--no-privacy" in err and not list(tmp_path.iterdir())
     code, _, err = cli("builtin:digits", "--no-privacy", "--out", tmp_path / "s.onnx", *FAST)
     assert code == 0, err
     card = PrivacyCard.read(tmp_path / "s.onnx.card.json")
@@ -167,7 +167,7 @@ def test_no_noise_needs_an_explicit_opt_in_and_fails_every_audit(tmp_path, cli):
     for policy in ([], ["--max-eps", "10"]):
         code, out, _ = cli("audit", tmp_path / "s.onnx", *policy)
         assert code == 1 and "differentially private" in out
-    assert cli("builtin:digits", "--no-privacy", "--eps", "1", "--out", tmp_path / "t.onnx", *FAST)[0] == 1
+    assert cli("builtin:digits", "--no-privacy", "--eps", "1", "--out", tmp_path / "t.onnx", *FAST)[0] == 2  # contradictory options: a usage error
 
 
 def test_public_data_query_source_is_on_the_card(tmp_path, cli):

@@ -22,7 +22,7 @@ def test_the_estimate_is_within_2x_of_the_phases_the_run_measured(tmp_path):
 def test_the_median_timing_ignores_one_slow_repeat():
     import time
 
-    from dpconvert.mechanisms.dpdfd import _median_seconds
+    from dpconvert.profiling import median_seconds
 
     calls = []
 
@@ -30,4 +30,4 @@ def test_the_median_timing_ignores_one_slow_repeat():
         calls.append(1)
         time.sleep(0.2 if len(calls) == 2 else 0.001)  # one repeat stalled by other load
 
-    assert _median_seconds(fn, at_least=0.05) < 0.05 and len(calls) >= 3
+    assert median_seconds(fn, at_least=0.05) < 0.05 and len(calls) >= 3

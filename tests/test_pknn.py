@@ -195,7 +195,7 @@ def test_canary_run_bound_below_card_eps(tmp_path, cli):
 
 def test_canaries_need_pknn(tmp_path, cli):
     code, _, stderr = cli("builtin:digits", "--canaries", "10", "--out", tmp_path / "x.onnx")
-    assert code == 1 and "--method pknn" in stderr
+    assert code == 2 and "--method pknn" in stderr
     assert not list(tmp_path.iterdir())
 
 

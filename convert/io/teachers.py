@@ -104,8 +104,8 @@ def _require_file(source: str) -> Path:
     with open(p, "rb") as f:
         head = f.read(len(LFS_POINTER))
     if head == LFS_POINTER:  # a Hub or Git clone without Git LFS: the file is a 130-byte pointer, not the weights
-        raise DpconvertError(f"{source} is a Git LFS pointer, not the model: fetch the file itself (`git lfs pull` in its clone, or "
-                             "download it)")
+        raise DpconvertError(f"{source} is a Git LFS pointer, not the model: run `git lfs pull` in its clone (or download the "
+                             "file itself)")
     return p
 
 

@@ -36,7 +36,7 @@ from dpconvert.mechanisms.gaussian_release import NormalisedGaussianRelease
 from dpconvert.mechanisms.noise import as_generator, noise_stream
 from dpconvert.mechanisms.output_gradients import label_log_likelihood, per_sample_output_gradient
 from dpconvert.mechanisms.source_targets import DENOISERS, SourceTargets
-from dpconvert.profiling import phase
+from dpconvert.profiling import median_seconds, phase
 from dpconvert.seeds import stream
 
 
@@ -343,10 +343,10 @@ class Dpdfd:
         cfg, n = self.cfg, min(probe, self.chunk)
         self.probe_inputs(2)  # warm-up
         x = self.probe_inputs(n)
-        render = _median_seconds(lambda: self.probe_inputs(n)) / n  # once per released row, and per student sample rendered from z
+        render = median_seconds(lambda: self.probe_inputs(n)) / n  # once per released row, and per student sample rendered from z
         with torch.inference_mode(), self.model.autocast():
             self.teacher(x[:2])  # warm-up: lazy initialisation is not throughput
-            teacher = _median_seconds(lambda: self.teacher(x)) / n
+            teacher = median_seconds(lambda: self.teacher(x)) / n
         twin = StudentModel(copy.deepcopy(self.student).train(), self.device, cfg.amp, LOCAL)
         opt = torch.optim.Adam(twin.module.parameters(), lr=0.0)
         size = min(self.chunk, cfg.source_minibatch if cfg.student_data == "sources" else cfg.minibatch)
@@ -358,7 +358,7 @@ class Dpdfd:
             opt.step()
 
         step()
-        student = _median_seconds(step) / len(batch)
+        student = median_seconds(step) / len(batch)
         rows, per_row = cfg.batch_size * cfg.releases, (self.prior.nz if self.store_z else x[0].numel())
         student += render if self.store_z else 0.0  # rows kept as z, or views of source images: rendered again for every sample
         return {"kind": "estimate", "probe": n, "queries_seconds": rows * render, "teacher_seconds": rows * teacher / self.world.size,
@@ -397,15 +397,3 @@ class Dpdfd:
                 self.adjust_for_query_prior()
             if on_round:
                 on_round(RoundInfo(r, self.accountant.count(NormalisedGaussianRelease.mechanism), ls, lg, time.perf_counter() - t0, times))
-
-
-def _median_seconds(fn, *, at_least: float = 0.5, at_most: int = 25) -> float:
-    """Median wall time of ``fn()`` over repeats that fill ``at_least`` seconds (at most ``at_most`` of them)."""
-    import statistics
-
-    times, start = [], time.perf_counter()
-    while len(times) < 3 or (time.perf_counter() - start < at_least and len(times) < at_most):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)

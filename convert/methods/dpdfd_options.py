@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from dpconvert.errors import DpconvertError
+from dpconvert.errors import DpconvertError, OptionError
 from dpconvert.option_fields import check_choices, changed_options, nested, option
 from dpconvert.seeds import stream
 
@@ -231,7 +231,7 @@ def check_prior_name(name: str) -> str:
     from dpconvert.generators import PRIORS
 
     if name not in PRIORS:
-        raise DpconvertError(f"unknown `prior` {name!r}; choose one of: {', '.join(PRIORS)}")
+        raise OptionError(f"unknown `prior` {name!r}; choose one of: {', '.join(PRIORS)}")
     return name
 
 
