@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,7 +106,8 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
         if eval_ds is not None:
             with phase("evaluation", items=2 * len(eval_ds)):
                 utility = evaluate(teacher, result.student, eval_ds)
-        card = _write_outputs(teacher_source, teacher, out, run, result, utility, reason, signing_key, profile, world, inherited)
+        card = _write_outputs(teacher_source, teacher, out, run, result, utility, reason, signing_key, profile, world, inherited, opts,
+                              load_options)
     for w in card.data["warnings"]:
         log.warning("warning: %s", w)
     from dpconvert.zoo_cards import card_paths
@@ -164,8 +164,9 @@ def _signing_key(path: Optional[str]):
 
 
 def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: MethodOutput, utility, reason: str, signing_key=None, profile=None,
-                   world=None, inherited=None):
+                   world=None, inherited=None, method_opts=None, load_opts=None):
     from dpconvert.accounting.card_blocks import accounting_block, guarantee_block
+    from dpconvert.command_line import command_for
     from dpconvert.accounting.statements import (DELTA_CEILING, LARGE_DELTA_PREFIX, PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1,
                                                   WEAK_PARITY_PREFIX)
     from dpconvert.io.export import OPSET, export_onnx, parity
@@ -191,7 +192,7 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
         "schema_version": SCHEMA_VERSION,
         "dpconvert_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": run.command or f"dpconvert {' '.join(map(shlex.quote, _as_list(teacher_source)))} `out` {shlex.quote(out.name)}",
+        "command": command_for(teacher_source, out, run, method_opts, load_opts),
         "seed": run.seed,
         "model": {
             "file": out.name, "sha256": model_sha256(proto), "sha256_method": SHA256_METHOD, "format": "onnx", "opset": OPSET,

@@ -63,3 +63,22 @@ def test_the_advice_for_an_edited_card_works(cli, tmp_path):
     sidecar.write_text(json.dumps(card))
     line = _one_line_error(cli, "card", "sign", out, "--key", tmp_path / "k")
     assert "delete the edited copy" in line and "audit it" not in line
+
+
+def test_a_python_call_records_a_runnable_command(tmp_path):
+    """The card of a conversion started from Python records the dpconvert command that repeats it."""
+    import shlex
+
+    import dpconvert
+    from conftest import main_exit_code
+
+    result = dpconvert.convert("builtin:digits", out=tmp_path / "api.onnx", eps=2.0, batch_size=1500, epochs=1, releases=1)
+    command = result.card.data["command"]
+    assert "`" not in command and "--eps 2" in command and "--batch-size 1500" in command and "--epochs 1" in command
+    words = shlex.split(command)
+    assert words[0] == "dpconvert"
+    words[words.index("--out") + 1] = str(tmp_path / "again.onnx")
+    assert main_exit_code(words[1:]) == 0
+    again = json.loads((tmp_path / "again.onnx.card.json").read_text())
+    assert again["mechanism"]["batch_size"] == result.card.data["mechanism"]["batch_size"]
+    assert again["guarantee"]["epsilon"] == result.card.data["guarantee"]["epsilon"]
