@@ -193,7 +193,7 @@ def _audit_into(a: ModelAudit, path: Path, policy: Policy, run_model: bool) -> N
     a.add("ε recomputed", bool(true) and not any(f == "guarantee.epsilon" for f, _ in problems),
           f"{true['epsilon']:.6g}" if true else "the events cannot be replayed")
     for where, message in problems:
-        a.add(f"consistent: {where}", False, f"{where}: {message}")
+        a.add(f"consistent: {where}", False, message)
     if not problems:
         a.add("card consistent", True, "every privacy-relevant field agrees with the accountant events")
     _check_signature(a, card, policy)

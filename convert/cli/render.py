@@ -233,22 +233,56 @@ def _cut_left(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
+WIDE_AUDIT = 120  # columns from which the reasons fit in the table; narrower, they are listed under it in full
+
+
+def unique_names(paths: list[str]) -> list[str]:
+    """Each path by its shortest tail of components that no other path ends with (two zoo entries named model.onnx
+    read as a/model.onnx and b/model.onnx)."""
+    parts = [Path(p).parts for p in paths]
+    out = []
+    for i, ps in enumerate(parts):
+        k = 1
+        while k < len(ps) and any(j != i and qs[-k:] == ps[-k:] for j, qs in enumerate(parts)):
+            k += 1
+        out.append(str(Path(*ps[-k:])))
+    return out
+
+
 def print_audit(results, roots=()) -> None:
     from rich.table import Table
 
+    from dpconvert.zoo_cards.figures import eps_text
+
+    width = out.width or 80
+    wide = width >= WIDE_AUDIT
     t = Table(title=f"dpconvert audit: {sum(r.passed for r in results)}/{len(results)} pass")
-    width = max(16, (out.width or 80) // 4)
-    t.add_column("model", no_wrap=True, max_width=width)
-    for col in ("result", "ε (card / recomputed)", "δ", "scope", "record-level ε"):
-        t.add_column(col)
-    t.add_column("why", overflow="fold", ratio=1)
-    for r in results:
-        eps = "—" if r.epsilon is None else f"{r.epsilon:.4g} / {r.recomputed_epsilon:.4g}" if r.recomputed_epsilon is not None else f"{r.epsilon:.4g} / ?"
+    names = unique_names([display_path(r.path, roots) for r in results])
+    name_width = max(16, width // 4)
+    t.add_column("model", no_wrap=True, max_width=name_width)
+    t.add_column("result", no_wrap=True)
+    t.add_column("ε card / replayed" if wide else "ε", no_wrap=True)
+    t.add_column("δ", no_wrap=True)
+    t.add_column("scope", no_wrap=True)
+    t.add_column("record-level ε" if wide else "record ε", no_wrap=True)
+    if wide:
+        t.add_column("why", overflow="fold", ratio=1)
+    reasons = []
+    for r, name in zip(results, names):
+        replayed = "?" if r.recomputed_epsilon is None else eps_text(r.recomputed_epsilon)
+        eps = "—" if r.epsilon is None else f"{eps_text(r.epsilon)} / {replayed}" if wide else \
+            eps_text(r.epsilon) if replayed == eps_text(r.epsilon) else f"{eps_text(r.epsilon)}≠{replayed}"
         why = as_flags("; ".join(r.failures()) or next((c.detail for c in r.checks if c.name == "card present" and "allowed" in c.detail), ""))
-        t.add_row(_cut_left(display_path(r.path, roots), width), "[green]pass[/]" if r.passed else "[red]FAIL[/]", eps,
-                  "—" if r.delta is None else f"{r.delta:g}", r.scope or "—",
-                  "—" if r.record_level_epsilon is None else f"{r.record_level_epsilon:.4g}", Text(why))
+        row = [_cut_left(name, name_width), "[green]pass[/]" if r.passed else "[red]FAIL[/]", eps, "—" if r.delta is None else f"{r.delta:g}",
+               r.scope or "—", "—" if r.record_level_epsilon is None else eps_text(r.record_level_epsilon)]
+        t.add_row(*row, *([Text(why)] if wide else []))
+        if why and not wide:
+            reasons.append((name, r.failures() or [why]))
     out.print(t)
+    for name, failures in reasons:  # in full, one reason a line, wrapped at the terminal's width
+        out.print(f"{name}:", markup=False, style="bold", soft_wrap=False)
+        for f in failures:
+            out.print(Text(f"  - {as_flags(f)}"), soft_wrap=False)
 
 
 def membership_table(report: dict) -> None:
