@@ -245,3 +245,16 @@ def test_a_graph_without_its_input_size_and_classes_names_both_in_one_line(tmp_p
     module.save(str(tmp_path / "t.pt"))
     code, _, err = cli(tmp_path / "t.pt", "--eps", "1", "--out", tmp_path / "s.onnx")
     assert code == 1 and "cannot tell the input size or the class count; give --input-size C,H,W" in err and "--num-classes K" in err, err
+
+
+def test_loaders_do_not_ask_for_what_the_model_says(models, tmp_path):
+    """TorchScript with its input size: the class count is what it answers; timm:NAME with local weights: the class
+    count is the classifier's in the weights ("The first hour of a new user, round 2", item 11)."""
+    import timm
+    from safetensors.torch import save_file
+
+    t = load_teacher(str(models["dir"] / "cnn_script.pt"), LoadOptions(input_size=(1, 28, 28)))
+    assert t.spec.num_classes == 10
+    save_file(timm.create_model("resnet10t", pretrained=False, num_classes=7).state_dict(), str(tmp_path / "r.safetensors"))
+    t = load_teacher("timm:resnet10t", LoadOptions(weights=str(tmp_path / "r.safetensors"), input_size=(3, 32, 32)))
+    assert t.spec.num_classes == 7

@@ -124,6 +124,23 @@ def _suffix(*suffixes: str) -> Callable[[str], bool]:
     return lambda s: Path(s).suffix.lower() in suffixes and not s.startswith(("timm:", "builtin:"))
 
 
+def _answered_classes(module, opts: LoadOptions) -> Optional[InputSpec]:
+    """A graph that says nothing of its input (TorchScript): with the input size given, its class count is what it
+    answers on one zero input (so `num_classes` need not be asked for what the model itself tells)."""
+    import torch
+
+    if opts.input_size is None or opts.num_classes is not None:
+        return None
+    try:
+        with torch.inference_mode():
+            y = module.eval()(torch.zeros(1, *opts.input_size))
+    except Exception:  # noqa: BLE001 — a model that cannot answer this input is reported by the teacher checks
+        return None
+    if not isinstance(y, torch.Tensor) or y.dim() != 2 or y.shape[1] < 2:
+        return None
+    return InputSpec(*opts.input_size, int(y.shape[1]))
+
+
 def _spec_from(base: Optional[InputSpec], opts: LoadOptions, what: str) -> InputSpec:
     """Merge a source-provided spec with user flags; flags win. Missing pieces name their flag."""
     c = h = w = k = None
@@ -276,6 +293,29 @@ def load_builtin(source: str, opts: LoadOptions) -> Teacher:
 
 
 # ---------------------------------------------------------------- timm:NAME[.TAG]
+def _weights_classes(path: str, cfg) -> Optional[int]:
+    """The class count local `weights` give the classifier timm's config names (``fc``, ``head.fc``, …), read from the
+    file's tensor shapes; None when the file does not say."""
+    classifier = cfg.classifier if isinstance(cfg.classifier, str) else None
+    if classifier is None or not Path(path).is_file():
+        return None
+    key = f"{classifier}.weight"
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors import safe_open
+
+            with safe_open(path, framework="pt") as f:
+                return int(f.get_slice(key).get_shape()[0]) if key in f.keys() else None
+        import torch
+
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = state.get("state_dict", state) if isinstance(state, dict) else {}
+        return int(state[key].shape[0]) if key in state else None
+    except Exception:  # noqa: BLE001 — unreadable weights are reported when they are loaded
+        return None
+
+
+
 def _require_hub(source: str, timeout: float = 3.0) -> None:
     """A one-line error in seconds where the Hugging Face Hub cannot be reached (offline, or a sandbox): timm would
     otherwise retry for about a minute before failing with a page of retries."""
@@ -307,7 +347,8 @@ def load_timm(source: str, opts: LoadOptions) -> Teacher:
     cfg = timm.get_pretrained_cfg(name) or timm.get_pretrained_cfg(name.split(".")[0])
     base = None
     if cfg is not None and cfg.input_size:
-        base = InputSpec(cfg.input_size[0], cfg.input_size[1], cfg.input_size[2], cfg.num_classes or 1000, tuple(cfg.mean), tuple(cfg.std))
+        classes = (_weights_classes(opts.weights, cfg) if opts.weights is not None else None) or cfg.num_classes or 1000
+        base = InputSpec(cfg.input_size[0], cfg.input_size[1], cfg.input_size[2], classes, tuple(cfg.mean), tuple(cfg.std))
     spec = _spec_from(base, opts, source)
     if opts.weights is not None:
         _require_file(opts.weights)
@@ -497,7 +538,7 @@ def load_torch_file(source: str, opts: LoadOptions) -> Teacher:
             module = torch.jit.load(str(path), map_location="cpu")
         except Exception as e:
             raise DpconvertError(f"{source}: corrupt TorchScript file ({str(e).splitlines()[0][:160]}); re-save it with torch.jit.save") from None
-        return Teacher(_torch_forward(module, opts.device), _spec_from(None, opts, source), "torchscript", source,
+        return Teacher(_torch_forward(module, opts.device), _spec_from(_answered_classes(module, opts), opts, source), "torchscript", source,
                        f"TorchScript module {path.name}", sha, "torchscript", _num_params(module), module,
                        _normalisation_warnings(False, opts))
     try:
