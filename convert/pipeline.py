@@ -95,7 +95,9 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
 
             with phase("load data"):
                 eval_ds = load_data(run.eval_data, teacher.spec, require_labels=True, **run.data_format())
-        relay_plan = (lambda plan: on_plan(_with_teacher_records({**plan, "method_choice": reason}, inherited, run))) if on_plan else None
+        shape = "x".join(map(str, teacher.spec.shape))
+        relay_plan = (lambda plan: on_plan(_with_teacher_records({**plan, "method_choice": reason, "teacher_input": f"{shape}, "
+                                                                   f"{teacher.spec.num_classes} classes"}, inherited, run))) if on_plan else None
         from dpconvert.context import RunContext
 
         result = method.run(RunContext.build(run, teacher.spec, world), opts, teacher, relay_plan, on_progress)

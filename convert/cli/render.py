@@ -61,6 +61,8 @@ def print_plan(result: dict, to=None) -> None:
         to.print(as_flags(f"teacher's training records: (ε, δ) = ({tr['epsilon']:.4g}, {tr['delta']:.3g}); {tr['note']}"), markup=False)
     if result.get("method_choice"):
         to.print(as_flags(f"method {result['method']}: {result['method_choice']}"), markup=False)
+    if result.get("teacher_input"):
+        to.print(f"teacher input {result['teacher_input']}", markup=False)
 
 
 def _compact(n: float) -> str:

@@ -126,19 +126,16 @@ def _suffix(*suffixes: str) -> Callable[[str], bool]:
 
 def _answered_classes(module, opts: LoadOptions) -> Optional[InputSpec]:
     """A graph that says nothing of its input (TorchScript): with the input size given, its class count is what it
-    answers on one zero input (so `num_classes` need not be asked for what the model itself tells)."""
+    answers on a zero input (so `num_classes` need not be asked for what the model itself tells)."""
     import torch
 
     if opts.input_size is None or opts.num_classes is not None:
         return None
     try:
-        with torch.inference_mode():
-            y = module.eval()(torch.zeros(1, *opts.input_size))
+        k = _try_classes(module.eval(), torch.zeros(1, *opts.input_size))
     except Exception:  # noqa: BLE001 — a model that cannot answer this input is reported by the teacher checks
         return None
-    if not isinstance(y, torch.Tensor) or y.dim() != 2 or y.shape[1] < 2:
-        return None
-    return InputSpec(*opts.input_size, int(y.shape[1]))
+    return InputSpec(*opts.input_size, k) if k and k >= 2 else None
 
 
 def _spec_from(base: Optional[InputSpec], opts: LoadOptions, what: str) -> InputSpec:
@@ -598,6 +595,9 @@ def _from_state_dict(state: dict, arch: Optional[str], base: Optional[InputSpec]
     if arch.startswith("timm:"):
         if base is None:  # nothing in the file says the input: timm's config for the architecture does
             base, known = _timm_base(arch[5:], state)
+            if base is not None and opts.input_size is None:  # the size it was trained at is nowhere in the file
+                notes.append(f"input size {base.channels}x{base.height}x{base.width} taken from timm's {arch[5:]} config (the file does "
+                             "not say); give `input_size` if the model was trained at another size (e.g. 3,32,32 for CIFAR)")
             if known and opts.mean is None:
                 notes.append(f"input normalisation taken from timm's {arch[5:]} config (mean {list(base.mean)}, std {list(base.std)}); "
                              "pass `mean`/`std` if the model was trained with other values")
