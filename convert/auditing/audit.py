@@ -94,7 +94,13 @@ class ModelAudit:
         return ok
 
     def failures(self) -> list[str]:
-        return [f"{c.name}: {c.detail}" if c.detail else c.name for c in self.checks if not c.ok]
+        """One line per failed check: its name and why (a detail that starts with the field the name ends with says it once)."""
+        def line(c: Check) -> str:
+            if not c.detail:
+                return c.name
+            head, _, field = c.name.partition(": ")
+            return f"{head}: {c.detail}" if field and c.detail.startswith(field + ":") else f"{c.name}: {c.detail}"
+        return [line(c) for c in self.checks if not c.ok]
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -193,7 +199,7 @@ def _audit_into(a: ModelAudit, path: Path, policy: Policy, run_model: bool) -> N
     a.add("ε recomputed", bool(true) and not any(f == "guarantee.epsilon" for f, _ in problems),
           f"{true['epsilon']:.6g}" if true else "the events cannot be replayed")
     for where, message in problems:
-        a.add(f"consistent: {where}", False, message)
+        a.add(f"consistent: {where}", False, f"{where}: {message}")
     if not problems:
         a.add("card consistent", True, "every privacy-relevant field agrees with the accountant events")
     _check_signature(a, card, policy)
