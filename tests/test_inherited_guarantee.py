@@ -255,3 +255,47 @@ def test_previous_release_markdown_is_rendered_as_its_release_did():
     for md in mds:
         card = PrivacyCard(json.loads(md.with_name(md.name.replace(".md", ".json")).read_text()))
         assert render_markdown(card) == md.read_text(), md.name
+
+
+@pytest.mark.parametrize("name, part", [("dpdfd", None), ("dpdfd_composed", None), ("disjoint_teachers", None), ("pknn", "headline"),
+                                        ("adlm", "headline"), ("dpsgd", "headline"), ("generator_pknn", "labels"),
+                                        ("dpdfd_dpgan", "critic")])
+def test_each_accountant_knows_which_epsilon_covers_the_records_its_run_read(name, part):
+    """What composes with a DP teacher's ε, per method: nothing for runs that read no private records (DPDFD, several
+    teachers), the headline for record-level methods (Private-kNN, AdLM, DP-SGD), the labels' part for Private-kNN on a
+    DPDFD generator (the generator is post-processing of the teacher), the critic's for DPDFD on GAN queries."""
+    from dpconvert.auditing.card_checks import recompute
+
+    card = json.loads((PREVIOUS / f"{name}.card.json").read_text())
+    accountant, true = recompute(card)
+    delta = card["guarantee"]["delta"]
+    got = accountant.private_records_epsilon(delta=delta)
+    if part is None:
+        assert got is None
+    elif part == "headline":
+        assert got == pytest.approx(true["epsilon"])
+    elif part == "labels":
+        assert got == pytest.approx(accountant.parts()[1].epsilon(delta=delta)) and got < true["epsilon"]
+    else:
+        assert got == pytest.approx(true["queries_record_level_epsilon"])
+
+
+@pytest.mark.slow
+def test_two_private_sets_of_different_sizes_give_the_same_ex_post_fields(tmp_path, cli):
+    """`synth --ex-post` on 150 and on 1 100 records: the data cards differ only in the estimate's values (and what any
+    run changes: hashes, times)."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    cards = []
+    for n in (150, 1100):
+        np.savez(tmp_path / f"p{n}.npz", x=(x[:n].reshape(-1, 1, 8, 8) * 15).astype(np.uint8), y=y[:n])
+        out = tmp_path / f"s{n}.npz"
+        code, _, err = cli("synth", "--private-data", tmp_path / f"p{n}.npz", "--out", out, "--input-size", "1,8,8", "--num-classes", "10",
+                           "--eps", "4", "--gan-generator-steps", "10", "--samples", "300", "--ex-post")
+        assert code == 0, err
+        cards.append(json.loads(Path(f"{out}.card.json").read_text()))
+    values = {"expected_privacy_loss_bound", "mean_privacy_loss", "upper_semideviation"}
+    a, b = ({k: v for k, v in c["empirical"].items() if k not in values} for c in cards)
+    assert a == b and a["removals"] == 200 and a["neighbours_removed"] == 1
