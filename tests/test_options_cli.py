@@ -137,7 +137,7 @@ def test_help_at_80_columns_leads_with_the_teacher_and_shows_no_bool(cli, monkey
     code, out, _ = cli("convert", "--help")
     assert code == 0 and "<bool>" not in out
     panels = [line for line in out.splitlines() if line.startswith("╭─")]
-    assert [p.split()[1] for p in panels[:3]] == ["Arguments", "Options", "Teacher"]
+    assert [p.split()[1] for p in panels[:4]] == ["Arguments", "Options", "Start", "Teacher"]  # "Start here": --out, --eps, --method
 
     text = re.sub(r"[\s│]+", " ", out)  # the help as one line, without the panels' borders
     assert "Neighbours voting on each query. Default: 300." in text  # Private-kNN's k, from its declaration
@@ -152,3 +152,13 @@ def test_usage_errors_exit_2_as_the_readme_says(cli, tmp_path, args):
 
 def test_a_problem_that_is_not_usage_exits_1(cli, tmp_path):
     assert cli(tmp_path / "missing.pt", "--out", tmp_path / "s.onnx")[0] == 1
+
+
+def test_convert_help_leads_with_what_a_new_user_needs(cli):
+    """The first panel after the teacher is "Start here": --out, --eps, --method, --private-data; values read as INT,
+    NUM or TEXT, not Python types."""
+    code, out, _ = cli("convert", "--help")
+    assert code == 0
+    start, teacher = out.index("Start here"), out.index("─ Teacher")
+    assert start < teacher and all(start < out.index(f) < teacher for f in ("--out", "--eps", "--method", "--private-data"))
+    assert "<str>" not in out and "<int>" not in out and "<float>" not in out

@@ -30,15 +30,16 @@ def meaningful(v) -> bool:
     return v != "inf" and float(v) <= MEANINGFUL_EPSILON
 
 
-def scope_sentences(g: dict) -> list[str]:
-    """One sentence per scope the guarantee block states, in the words a reviewer needs."""
+def scope_sentences(g: dict, release: str = "this student") -> list[str]:
+    """One sentence per scope the guarantee block states, in the words a reviewer needs (``release``: what is
+    published, "this student" or "this data set")."""
     eps, delta = eps_text(g["epsilon"]), delta_text(g["delta"])
     if g["scope"] == "query":
         out = [f"Query level, the headline (ε, δ) = ({eps}, {delta}): one answer of the teacher changes what anyone can learn "
-               "from this student by at most this much. It protects the teacher's answers, not the people in its training data."]
+               f"from {release} by at most this much. It protects the teacher's answers, not the people in its training data."]
     else:
         out = [f"Record level, the headline (ε, δ) = ({eps}, {delta}): adding or removing one record of the private training data "
-               "changes what anyone can learn from this student by at most this much."]
+               f"changes what anyone can learn from {release} by at most this much."]
     if "queries_record_level_epsilon" in g:
         out.append(f"The private records the DP-critic GAN was trained on (the queries): ε = {eps_text(g['queries_record_level_epsilon'])}.")
     if g["scope"] == "query" and "record_level_epsilon" in g:

@@ -59,12 +59,13 @@ def _guarantee_lines(d: dict) -> list[str]:
     lines = [
         f"**(ε, δ) = ({eps_text(g['epsilon'])}, {_fmt(g['delta'])})**, scope **{text(g['scope'])}**: {text(g['adjacency'])}.",
         "",
-        *(f"- {text(s)}" for s in scope_sentences(g)),
+        *(f"- {text(s)}" for s in scope_sentences(g, "this data set" if "data" in d and "model" not in d else "this student")),
         "",
-        f"- Record-level worst case (add/remove one training record of the teacher): ε = {eps_text(g['record_level_epsilon'])}"
-        if "query_level_epsilon" not in g else  # several teachers on disjoint partitions: the headline is record-level
-        f"- Query level, per answer (add/remove one answer of the teachers): ε = {eps_text(g['query_level_epsilon'])}",
     ]
+    if "query_level_epsilon" in g:  # several teachers on disjoint partitions: the headline is record-level
+        lines.append(f"- Query level, per answer (add/remove one answer of the teachers): ε = {eps_text(g['query_level_epsilon'])}")
+    elif g["scope"] == "query":  # a record-level headline is its own worst case
+        lines.append(f"- Record-level worst case (add/remove one training record of the teacher): ε = {eps_text(g['record_level_epsilon'])}")
     if "queries_record_level_epsilon" in g:  # DPDFD on DP-critic GAN samples: the second scope
         lines.append(f"- The queries' record level (add/remove one private record the DP-critic GAN was trained on; the queries and the "
                      f"GAN are post-processing of its critic): ε = {eps_text(g['queries_record_level_epsilon'])}")

@@ -16,7 +16,8 @@ from typing import Optional
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;font-size:14px}
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#eee;cursor:pointer}tr.fail td{background:#fde8e8}
-tr.pass td:nth-child(2){color:#176d2c;font-weight:bold}tr.fail td:nth-child(2){color:#a11;font-weight:bold}.plots{display:flex;gap:2em;flex-wrap:wrap}"""
+tr.pass td:nth-child(2){color:#176d2c;font-weight:bold}tr.fail td:nth-child(2){color:#a11;font-weight:bold}.plots{display:flex;gap:2em;flex-wrap:wrap}
+td:nth-child(3),td:nth-child(4),td:nth-child(5){white-space:nowrap}.meta{color:#555;font-size:13px}"""
 _SORT = """document.querySelectorAll('th').forEach((th,i)=>th.addEventListener('click',()=>{const tb=th.closest('table').tBodies[0];
 const rows=[...tb.rows];const num=r=>{const v=parseFloat(r.cells[i].dataset.v??r.cells[i].textContent);return isNaN(v)?null:v};
 const dir=th.dataset.dir=th.dataset.dir==='asc'?'desc':'asc';rows.sort((a,b)=>{const x=num(a),y=num(b);
@@ -32,6 +33,19 @@ def _num(v, fmt: str = "{:.4g}") -> tuple[str, str]:
     if isinstance(v, float) and math.isinf(v):
         return "∞", "1e308"
     return fmt.format(v), repr(float(v))
+
+
+def _epsilon(r) -> tuple[str, str]:
+    """The card's ε, and the replayed one beside it where they differ (as the console shows it)."""
+    from dpconvert.zoo_cards.figures import eps_text
+
+    eps = r.recomputed_epsilon if r.recomputed_epsilon is not None else r.epsilon
+    if r.epsilon is None:
+        return _num(eps)
+    shown = eps_text(r.epsilon)
+    if r.recomputed_epsilon is None or eps_text(r.recomputed_epsilon) != shown:
+        shown += "≠" + ("?" if r.recomputed_epsilon is None else eps_text(r.recomputed_epsilon))
+    return shown, _num(eps)[1]
 
 
 def _record_level(r) -> tuple[str, str]:
@@ -59,8 +73,7 @@ def display_path(path: str, roots=()) -> str:
 
 
 def _row(r, roots=()) -> str:
-    eps = r.recomputed_epsilon if r.recomputed_epsilon is not None else r.epsilon
-    cells = [(display_path(r.path, roots), None), ("pass" if r.passed else "FAIL", None), _num(eps), _num(r.delta, "{:g}"), (r.scope or "—", None),
+    cells = [(display_path(r.path, roots), None), ("pass" if r.passed else "FAIL", None), _epsilon(r), _num(r.delta, "{:g}"), (r.scope or "—", None),
              _record_level(r), _num(r.accuracy, "{:.3f}"), ("; ".join(r.failures()), None)]
     tds = "".join(f'<td data-v="{html.escape(key)}">{html.escape(text)}</td>' if key is not None else f"<td>{html.escape(text)}</td>"
                   for text, key in cells)
@@ -129,8 +142,16 @@ def html_report(results, policy: dict, roots=()) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
     body = "\n".join(_row(r, roots) for r in results)
     rules = ", ".join(f"{k} = {v}" for k, v in policy.items() if v not in (None, False)) or "no limits (card checks only)"
+    import datetime
+
+    from dpconvert.version import __version__
+
+    when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    audited = ", ".join(str(r) for r in roots) or "—"
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>dpconvert audit</title><style>{_STYLE}</style></head><body>"
-            f"<h1>dpconvert audit: {passed}/{len(results)} pass</h1><p>Policy: {html.escape(rules)}. ε is recomputed from each card's "
+            f"<h1>dpconvert audit: {passed}/{len(results)} pass</h1>"
+            f"<p class='meta'>dpconvert {html.escape(__version__)}, {html.escape(when)}; audited: {html.escape(audited)}</p>"
+            f"<p>Policy: {html.escape(rules)}. ε is recomputed from each card's "
             "accountant events; accuracy and membership inference are empirical, not part of any guarantee. Click a column to sort.</p>"
             f"<table id='models'><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>"
             f"<div class='plots'><div>{_scatter(results)}</div><div>{_membership(results)}</div></div>"

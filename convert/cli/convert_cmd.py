@@ -26,13 +26,22 @@ from .generated import build, given, own, params_of, retitled
 METHOD_OPTIONS = tuple(METHODS.get(name).Options for name in METHOD_ORDER)
 
 
+START = "Start here"  # the panel a new user reads first: what every conversion is about
+FIRST = ("eps", "method", "private_data")  # RunOptions shown in it, after the teacher and --out
+
+
 def _convert_params() -> list:
+    run_params = params_of(RunOptions)  # `device` is declared as a flag once, on LoadOptions (the Teacher panel), and passed to both
+    first = [p for name in FIRST for p in run_params if p.name == name]
+    for p in first:
+        p.panel = START
     params = [own("teacher", argument=True, default=..., type=list[str],
                   help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:digits. Several teachers (files, a folder, "
                        "a .txt list) for DPDFD: their rows are averaged (see --disjoint-partitions)."),
-              *params_of(LoadOptions),  # the Teacher panel first: what a new user has to get right
-              own("out_path", "--out", "-o", type=Path, default=Path("student.onnx"), panel=OUTPUT,
+              own("out_path", "--out", "-o", type=Path, default=Path("student.onnx"), panel=START,
                   help="Output student, an .onnx file; the card goes to OUT.card.json / OUT.card.md. Default: student.onnx."),
+              *first,
+              *params_of(LoadOptions),  # then the Teacher panel: what a new user has to get right
               own("as_json", "--json", type=bool, default=False, panel=OUTPUT, help="Print the card as JSON at the end instead of the summary table."),
               own("profile", type=bool, default=False, panel=OUTPUT,
                   help="Add throughput (teacher queries/s, student samples/s, …) to the summary; the time per phase is shown and on the "
@@ -40,7 +49,7 @@ def _convert_params() -> list:
               own("show_timings", type=bool, default=False, panel=OUTPUT,
                   help="With private data, show the time per phase and the elapsed time anyway: they grow with the private set's size, so "
                        "keep such output out of public logs. Never written to the card."),
-              *params_of(RunOptions),  # `device` is declared as a flag once, on LoadOptions (the Teacher panel), and passed to both
+              *(p for p in run_params if p.name not in FIRST),
               *params_of(*METHOD_OPTIONS)]
     retitled(params, "method", help=method_help() + " Record-level methods need `private_data`.")
     return params

@@ -98,6 +98,9 @@ def params_of(*classes: type, only: Optional[set] = None, skip: frozenset = froz
     return params
 
 
+METAVARS = {int: "INT", float: "NUM", str: "TEXT"}  # what the help shows for a value (not <str>, <list[str]>)
+
+
 def annotation(p: Param):
     """The ``Annotated[type, typer.Option(...)]`` Typer reads for ``p``."""
     from rich.markup import escape
@@ -107,7 +110,7 @@ def annotation(p: Param):
         info = typer.Argument(help=text, show_default=False, metavar=p.name.upper())
     else:
         info = typer.Option(*p.flags, help=text, rich_help_panel=as_flags(p.panel) if p.panel else None, hidden=p.hidden,
-                            show_default=False)
+                            show_default=False, metavar=None if p.type is bool else METAVARS.get(p.type, "TEXT"))
     tp = p.type if p.argument or p.default is not None or p.type is bool else Optional[p.type]
     return Annotated[tp, info]
 
