@@ -81,3 +81,23 @@ def models(tmp_path_factory) -> dict:
                       dynamic_axes={"x": {0: "b"}, "logits": {0: "b"}}, dynamo=False)
     torch.save(cnn, d / "cnn_pickled.pt")
     return {"dir": d, "resnet": resnet, "cnn": cnn, "x": x}
+
+
+@pytest.fixture(scope="session")
+def dp_teacher(tmp_path_factory):
+    """A DP-SGD student (record-level card, ε ≈ 1, trained on the digits) to be the next conversion's teacher."""
+    d = tmp_path_factory.mktemp("dpteacher")
+    assert main_exit_code(["builtin:digits", "--method", "dpsgd", "--private-data", "builtin:digits:train", "--epochs", "1",
+                           "--out", d / "teacher.onnx"]) == 0
+    return d / "teacher.onnx"
+
+
+@pytest.fixture(scope="session")
+def signed(tmp_path_factory):
+    """A signed default digits conversion (s.onnx) and the folder of trusted keys (keys/): tests copy, never edit, them."""
+    d = tmp_path_factory.mktemp("signed")
+    (d / "keys").mkdir()
+    assert main_exit_code(["card", "keygen", d / "keys" / "release"]) == 0
+    assert main_exit_code(["builtin:digits", "--eps", "1", "--steps", "1", "--batch-size", "1500", "--epochs", "1", "--out", d / "s.onnx",
+                           "--sign-key", d / "keys" / "release"]) == 0
+    return d

@@ -22,18 +22,6 @@ FAST = ["--steps", "1", "--batch-size", "1500", "--epochs", "1"]
 SYNTH = ["--input-size", "1,8,8", "--num-classes", "10", "--eps", "4", "--gan-generator-steps", "10", "--samples", "200"]
 
 
-@pytest.fixture(scope="module")
-def signed(tmp_path_factory):
-    """A signed default digits conversion and the folder of trusted keys."""
-    from conftest import main_exit_code
-
-    d = tmp_path_factory.mktemp("signed")
-    (d / "keys").mkdir()
-    assert main_exit_code(["card", "keygen", d / "keys" / "release"]) == 0
-    assert main_exit_code(["builtin:digits", "--eps", "1", *FAST, "--out", d / "s.onnx", "--sign-key", d / "keys" / "release"]) == 0
-    return d
-
-
 def _gate(signed: Path) -> list:
     return ["--trusted-keys", signed / "keys", "--require-signature", "--max-eps", "1"]
 

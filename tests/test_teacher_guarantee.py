@@ -13,17 +13,6 @@ from conftest import tamper_weights
 FAST = ["--steps", "1", "--batch-size", "1500", "--epochs", "1"]
 
 
-@pytest.fixture(scope="module")
-def dp_teacher(tmp_path_factory):
-    """A DP-SGD student (record-level card) to be the next conversion's teacher."""
-    from conftest import main_exit_code
-
-    d = tmp_path_factory.mktemp("dpteacher")
-    assert main_exit_code(["builtin:digits", "--method", "dpsgd", "--private-data", "builtin:digits:train", "--epochs", "1",
-                           "--out", d / "teacher.onnx"]) == 0
-    return d / "teacher.onnx"
-
-
 def _card(path) -> dict:
     return json.loads(Path(f"{path}.card.json").read_text())
 

@@ -76,17 +76,6 @@ def test_the_console_shows_no_unnoised_teacher_statistics_by_default(cli, tmp_pa
     assert code == 0 and "agreement 0." in out + err
 
 
-@pytest.fixture(scope="module")
-def signed(tmp_path_factory):
-    from conftest import main_exit_code
-
-    d = tmp_path_factory.mktemp("signed3")
-    (d / "keys").mkdir()
-    assert main_exit_code(["card", "keygen", d / "keys" / "release"]) == 0
-    assert main_exit_code(["builtin:digits", "--eps", "1", *FAST, "--out", d / "s.onnx", "--sign-key", d / "keys" / "release"]) == 0
-    return d
-
-
 def _edited_copy(signed: Path, tmp: Path, edit) -> Path:
     dst = tmp / "s.onnx"
     for suffix in ("", ".card.json", ".card.md"):
