@@ -117,15 +117,16 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
         outputs.write(out, buf.getvalue())
         outputs.write(out.with_name(out.name + CARD_SUFFIX_JSON), card.to_json())
         if grid:
-            outputs.write(grid, sample_grid(pixels, labels.numpy(), num_classes))
+            outputs.write(grid, sample_grid(pixels, labels.numpy(), num_classes, class_names=class_names))
     return card
 
 
-def sample_grid(pixels, labels, num_classes: int, per_class: int = 10) -> bytes:
-    """A PNG (torchvision's grid, Pillow's encoder): one row per class, ``per_class`` samples each."""
+def sample_grid(pixels, labels, num_classes: int, per_class: int = 10, class_names=None, cell: int = 48) -> bytes:
+    """A PNG (torchvision's grid, Pillow's encoder): one row per class, ``per_class`` samples each, each sample
+    enlarged to ``cell`` pixels (nearest neighbour: an 8×8 digit stays legible) and each row labelled with its class."""
     import numpy as np
     import torch
-    from PIL import Image
+    from PIL import Image, ImageDraw
     from torchvision.utils import make_grid
 
     tiles = []
@@ -133,7 +134,17 @@ def sample_grid(pixels, labels, num_classes: int, per_class: int = 10) -> bytes:
         idx = np.flatnonzero(labels == c)[:per_class]
         row = [torch.from_numpy(pixels[i]) for i in idx] + [torch.zeros(pixels.shape[1:], dtype=torch.uint8)] * (per_class - len(idx))
         tiles += row
-    grid = make_grid(torch.stack(tiles), nrow=per_class, padding=2, pad_value=128)
+    scale = max(1, cell // max(pixels.shape[2:]))
+    big = torch.stack(tiles).repeat_interleave(scale, dim=2).repeat_interleave(scale, dim=3)
+    grid = make_grid(big, nrow=per_class, padding=2, pad_value=128)
+    image = Image.fromarray(grid.permute(1, 2, 0).numpy()).convert("RGB")
+    names = [str(n) for n in class_names] if class_names else [str(c) for c in range(num_classes)]
+    margin = 8 + 7 * max(len(n) for n in names)
+    labelled = Image.new("RGB", (image.width + margin, image.height), "white")
+    labelled.paste(image, (margin, 0))
+    draw, row_height = ImageDraw.Draw(labelled), (image.height - 2) / num_classes
+    for c, name in enumerate(names):
+        draw.text((4, int(2 + c * row_height + row_height / 2 - 6)), name, fill="black")
     buf = io.BytesIO()
-    Image.fromarray(grid.permute(1, 2, 0).numpy()).save(buf, format="PNG")
+    labelled.save(buf, format="PNG")
     return buf.getvalue()

@@ -108,7 +108,7 @@ def _scatter(results) -> str:
             ax.scatter([p[0] for p in sel], [p[1] for p in sel], marker=marker, c=["#176d2c" if p[2] else "#a11" for p in sel], label=f"scope {scope}")
     for eps, acc, _, _, path in pts:  # every point says which model it is
         ax.annotate(Path(path).stem, (eps, acc), xytext=(4, 3), textcoords="offset points", fontsize=7)
-    ax.set(xlabel="ε (recomputed)", ylabel="accuracy (card, not DP-covered)", title="privacy vs utility")
+    ax.set(xlabel="ε (recomputed)", ylabel="accuracy (card, not DP-covered)", title="privacy vs utility", ylim=(0, 1.02))  # accuracy on its whole range: one point is not a 0.02-wide axis
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(base=10, numticks=6))
     ax.xaxis.set_minor_formatter(NullFormatter())  # minor tick labels overlapped the major ones

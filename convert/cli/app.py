@@ -103,13 +103,27 @@ def _version_callback(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More log lines.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More log lines (anywhere on the command line).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings, errors and the result: no plan, no progress (anywhere on the "
+                                        "command line).")] = False,
 ) -> None:
-    setup_logging(verbose)
+    from . import console
+
+    console.QUIET = quiet
+    setup_logging(verbose, quiet)
 
 
 # ------------------------------------------------------------------ entry point
 KNOWN_COMMANDS = {"inspect", "plan", "convert", "audit", "card", "synth"}
+
+
+GLOBAL_FLAGS = ("-v", "--verbose", "-q", "--quiet")
+
+
+def _global_flags_first(argv: list[str]) -> list[str]:
+    """-v / -q are the tool's, wherever they are typed (after the teacher too, as pip and git users expect)."""
+    flags = [a for a in argv if a in GLOBAL_FLAGS]
+    return flags + [a for a in argv if a not in GLOBAL_FLAGS]
 
 
 def _with_default_command(argv: list[str]) -> list[str]:
@@ -129,7 +143,7 @@ def main() -> None:
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)  # library deprecation notices are not the user's business
-    argv = _with_default_command(sys.argv[1:])
+    argv = _with_default_command(_global_flags_first(sys.argv[1:]))
     try:
         rc = app(args=argv, prog_name="dpconvert", standalone_mode=False)
         if isinstance(rc, int) and rc:  # Typer turns Ctrl-C into Exit(130) and returns the code

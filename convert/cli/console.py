@@ -7,11 +7,15 @@ import sys
 
 from rich.console import Console
 
-# Not a terminal (CI logs, pipes): a wide fixed width so tables are not squeezed to 80 columns.
-_WIDTH = None if sys.stdout.isatty() else 160
-out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
+# Not a terminal (CI logs, pipes): a wide fixed width so tables are not squeezed to 80 columns, and lines left whole.
+# On a terminal, Rich wraps long lines at words (left to the terminal, "output-gradient" broke as "out" / "put-gradient").
+_TTY = sys.stdout.isatty()
+_WIDTH = None if _TTY else 160
+out = Console(highlight=False, soft_wrap=not _TTY, width=_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=not sys.stderr.isatty(), width=None if sys.stderr.isatty() else 160)
 
+
+QUIET = False  # `-q`: no plan and no progress; warnings, errors and the result only
 
 # The console a live progress display is drawing on (``render.ProgressReporter``), while it is up: log lines go through
 # it so that they are printed above the bars and wrapped at the terminal's width (written to stderr beside the live
@@ -33,11 +37,11 @@ class _ConsoleHandler(logging.Handler):
         target.print(as_flags(record.getMessage()), style=style, markup=False, soft_wrap=False)
 
 
-def setup_logging(verbose: bool = False) -> None:
+def setup_logging(verbose: bool = False, quiet: bool = False) -> None:
     log = logging.getLogger("dpconvert")
     if not any(isinstance(h, _ConsoleHandler) for h in log.handlers):
         log.addHandler(_ConsoleHandler())
-    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    log.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
     log.propagate = False
 
 

@@ -107,6 +107,9 @@ def _synth_params() -> list:
                        "the card's empirical block: computed on the private records outside the DP accounting, not DP (the card warns)."),
               *params_of(GanOptions, panel=PRIVACY, prefix="gan_")]  # named as Private-kNN's `gan_*`, and so are their errors
     retitled(params, "private_data", required=True)
+    retitled(params, "seed", help="Seed for everything but the DP noise (the generator's initialisation, which samples are written); the "
+             "noise is secret unless `seeded_noise`. Default: 0.")
+    retitled(params, "force", help="Replace an existing data set, its card and its sample grid.")
     retitled(params, "eps", default_text=f"{defaults['eps'].default:g}")
     retitled(params, "delta", default_text=f"{defaults['delta'].default:g}")
     return params
@@ -119,19 +122,33 @@ def _synth(values: dict) -> None:
     from dpconvert.io.spec import parse_size
     from dpconvert.synth import synthesize
 
+    from .render import ProgressReporter, print_synth_summary
+
     run = given(SYNTH, values, RunOptions)
     gan = {k[len("gan_"):]: v for k, v in given(SYNTH, values, GanOptions).items()}
     out_path, samples, grid = values["out_path"], values["samples"], values["grid"]
-    card = synthesize(run.pop("private_data"), out=out_path, input_size=parse_size(values["input_size"]), num_classes=values["num_classes"],
-                      samples=samples, grid=grid, gan=GanOptions(**gan), ex_post=values["ex_post"], command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-                      on_progress=lambda i: out.print(f"{i['stage']}: step {i['releases']}/{i['total']}"), **run)
-    g = card.data["guarantee"]
-    out.print(f"wrote {out_path} ({samples} samples) and {out_path}.card.json: ε={g['epsilon']:.4f}, δ={g['delta']:g}, scope {g['scope']}"
-              + (f"; sample grid {grid}" if grid else ""))
-    if "empirical" in card.data:  # never an ε: the estimate is evidence about this data set, and the card says so
-        e = card.data["empirical"]
-        out.print(f"ex-post expected privacy loss (empirical, not DP): μ = {e['expected_privacy_loss_bound']:.3g}, exceeded with probability "
-                  f"≤ {e['exceed_probability']:g} over {e['removals']} simulated removals")
+    gan_opts = GanOptions(**gan)
+    from . import console
+
+    console.QUIET or out.print(f"DP-critic GAN ({gan_opts.critic} critic) on the private records, calibrated to record-level ε = {run.get('eps', 1.0):g}; "
+              f"{samples} class-balanced samples to {out_path}", markup=False)
+    reporter = ProgressReporter(out, show_time=False)  # it reads private data: durations grow with its size
+    stages: dict = {}
+
+    def progress(info: dict) -> None:  # the GAN reports (stage, step, total): one bar per stage
+        if info["stage"] not in stages:
+            stages[info["stage"]] = 0
+            reporter.tick({"kind": "phase", "name": f"DP-critic GAN: {info['stage']}", "total": info["total"], "unit": "steps"})
+        reporter.tick({"kind": "advance", "done": info["releases"] - stages[info["stage"]]})
+        stages[info["stage"]] = info["releases"]
+
+    try:
+        card = synthesize(run.pop("private_data"), out=out_path, input_size=parse_size(values["input_size"]), num_classes=values["num_classes"],
+                          samples=samples, grid=grid, gan=gan_opts, ex_post=values["ex_post"],
+                          command="dpconvert " + " ".join(shlex.quote(a) for a in sys.argv[1:]), on_progress=progress, **run)
+    finally:
+        reporter.close()
+    print_synth_summary(card, out_path, samples, grid)
 
 
 build(app, "synth", SYNTH, _synth,

@@ -65,6 +65,10 @@ def print_plan(result: dict, to=None) -> None:
         to.print(f"teacher input {result['teacher_input']}", markup=False)
 
 
+PHASE_UNITS = {"queries": "rows", "teacher forward": "rows", "release": "rows", "student training": "samples", "parity": "inputs",
+               "evaluation": "images", "DP-SGD": "steps", "generator training": "samples", "fixed features": "records"}
+
+
 def _compact(n: float) -> str:
     """12 345 → 12.3k, 1 000 000 → 1M: counts that fit an 80-column progress line."""
     for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
@@ -87,6 +91,10 @@ class ProgressReporter:
         self.phase_name, self.total, self.done, self.unit, self.printed = "", 0, 0, "", -1
 
     def plan(self, plan: dict) -> None:
+        from . import console
+
+        if console.QUIET:
+            return
         print_plan(plan, self.console)
         if "progress" in plan:
             self._start(plan["progress"]["label"], plan["progress"]["total"], "steps")
@@ -107,7 +115,7 @@ class ProgressReporter:
                        BarColumn(bar_width=None, table_column=Column(ratio=2, min_width=8)),
                        TextColumn("{task.fields[count]}", table_column=Column(no_wrap=True, min_width=12))]
             if self.show_time:
-                columns.append(TimeRemainingColumn(compact=True))
+                columns.append(TimeRemainingColumn(compact=True, elapsed_when_finished=True))  # a finished bar: how long it took
             self.progress = Progress(*columns, console=self.console, transient=False, expand=True)
             self.progress.start()
             set_live_console(self.progress.console)  # log lines print above the bars, wrapped
@@ -148,6 +156,10 @@ class ProgressReporter:
         self.task = None
 
     def tick(self, info: dict) -> None:
+        from . import console
+
+        if console.QUIET:
+            return
         kind = info["kind"]
         if kind == "phase":
             self._start(info["name"], info["total"], info["unit"])
@@ -191,6 +203,30 @@ TIMINGS_HIDDEN = ("hidden: this run read private data, and how long each phase t
                   "(CI logs are often public); --show-timings shows them")
 
 
+def print_synth_summary(card, out_path, samples: int, grid=None) -> None:
+    """What `dpconvert synth` wrote and what its guarantee means, as the conversion's summary does."""
+    from rich.table import Table
+
+    from dpconvert.zoo_cards.figures import eps_text, scope_sentences
+
+    g = card.data["guarantee"]
+    t = Table(title="dpconvert synth summary", show_header=False)
+    t.add_column(no_wrap=True)
+    t.add_column(overflow="fold")
+    rows = [("data set", f"{out_path}  ({samples:,} samples, {card.data['data']['num_classes']} classes)"), ("data card", f"{out_path}.card.json"),
+            ("ε, δ (scope)", f"{eps_text(g['epsilon'])}, {g['delta']:g} ({g['scope']})"),
+            ("what it means", scope_sentences(g, "this data set")[0])]
+    if grid:
+        rows.append(("sample grid", str(grid)))
+    if "empirical" in card.data:  # never an ε: the estimate is evidence about this data set, and the card says so
+        e = card.data["empirical"]
+        rows.append(("ex-post estimate (empirical, not DP)", f"μ = {e['expected_privacy_loss_bound']:.3g}, exceeded with probability "
+                     f"≤ {e['exceed_probability']:g} over {e['removals']} simulated removals"))
+    for r in rows:
+        t.add_row(*r)
+    out.print(t)
+
+
 def print_summary(result, throughput: bool = False, show_timings: bool = False) -> None:
     from rich.table import Table
 
@@ -217,7 +253,8 @@ def print_summary(result, throughput: bool = False, show_timings: bool = False) 
         rows += [("time", f"{result.seconds:.1f} s, peak memory {result.profile['peak_rss_mib']:,.0f} MiB"),
                  ("time per phase", ", ".join(f"{k} {v:.1f} s" for k, v in result.profile["phase_seconds"].items()))]
     if throughput and (show_timings or not private):
-        rows.append(("throughput", ", ".join(f"{k} {v:,.0f}/s" for k, v in result.profile["items_per_second"].items())))
+        rows.append(("throughput", ", ".join(f"{k} {_compact(v)} {PHASE_UNITS.get(k, 'items')}/s"
+                                             for k, v in result.profile["items_per_second"].items())))
     u = d.get("utility")
     if u:
         rows.append(("accuracy (not DP-covered)", f"teacher {u['teacher_accuracy']:.4f}, student {u['student_accuracy']:.4f}, agreement {u['agreement']:.4f} on {u['evaluation_data']}"))

@@ -27,13 +27,19 @@ def inspect(
     if as_json:
         print(json.dumps(t.info(), indent=2))
         return
+    from rich.text import Text
+
+    from .flags import as_flags
+
     table = Table(title=f"teacher {teacher}", show_header=False)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")  # a hash folds whole onto the next line instead of being cut with …
     s = t.spec
     for k, v in [("source kind", t.kind), ("architecture", str(t.arch)),
                  ("parameters", f"{t.num_params:,}" if t.num_params is not None else "n/a (black box)"),
                  ("input", f"{s.channels}x{s.height}x{s.width}  mean={list(s.mean)} std={list(s.std)}"), ("classes", str(s.num_classes)),
-                 ("sha256", str(t.sha256)), ("description", t.description)]:
+                 ("sha256", str(t.sha256)), ("weights sha256", str(t.weights_sha256)), ("description", t.description)]:
         table.add_row(k, v)
     out.print(table)
-    for w in t.warnings:
-        err.print(f"warning: {w}", style="yellow")
+    for w in t.warnings:  # wrapped at words, parameters as the flags a user types
+        err.print(Text(f"warning: {as_flags(w)}", style="yellow"), soft_wrap=False)

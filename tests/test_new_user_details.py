@@ -1,0 +1,49 @@
+"""Details a new user meets in the first hour ("The first hour of a new user, round 2", items 8, 10 and 13)."""
+
+from __future__ import annotations
+
+import re
+
+FAST = ["--steps", "1", "--batch-size", "1500", "--epochs", "1"]
+
+
+def test_inspect_shows_the_whole_hash_and_warnings_in_flags(cli, tmp_path, monkeypatch):
+    import timm
+    from safetensors.torch import save_file
+
+    save_file(timm.create_model("resnet10t", pretrained=False, num_classes=10).state_dict(), str(tmp_path / "r.safetensors"))
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = cli("inspect", tmp_path / "r.safetensors")
+    assert code == 0
+    from dpconvert.io.hashing import file_sha256
+
+    assert file_sha256(tmp_path / "r.safetensors") in re.sub(r"[\s│]+", "", out)  # folded, never cut with …
+    assert "`arch`" not in err and "--arch" in err and "--input-size" in err  # the flags a user types
+    assert re.search(r"input size 3x\d+x\d+ taken from timm's resnet10t config", " ".join(err.split()))
+
+
+def test_verbose_and_quiet_go_anywhere(cli, tmp_path):
+    from dpconvert.cli.app import _global_flags_first, _with_default_command
+
+    assert _with_default_command(_global_flags_first(["builtin:digits", "--eps", "1", "-q"])) == ["-q", "convert", "builtin:digits", "--eps", "1"]
+    code, out, err = cli("builtin:digits", *FAST, "--out", tmp_path / "s.onnx", "-q")
+    assert code == 0, err
+    assert "privacy plan" not in out and "release 1/1" not in out and "dpconvert summary" in out
+
+
+def test_synth_shows_progress_and_a_summary_and_a_labelled_grid(cli, tmp_path):
+    from PIL import Image
+
+    out = tmp_path / "d.npz"
+    code, stdout, err = cli("synth", "--private-data", "builtin:digits:train", "--out", out, "--input-size", "1,8,8", "--num-classes", "10",
+                            "--eps", "4", "--gan-generator-steps", "10", "--samples", "200", "--grid", tmp_path / "g.png")
+    assert code == 0, err
+    text = " ".join(stdout.split())
+    assert "dpconvert synth summary" in text and "from this data set" in text and "step 3/10" not in text
+    grid = Image.open(tmp_path / "g.png")
+    assert grid.width > 400 and grid.height > 400  # 8×8 samples enlarged, class labels in a margin
+    from dpconvert.zoo_cards import PrivacyCard
+    from dpconvert.zoo_cards.markdown import render_markdown
+
+    md = render_markdown(PrivacyCard.read(f"{out}.card.json"))
+    assert "of the teacher" not in md and "Record level, the headline" in md
