@@ -98,7 +98,7 @@ def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[
     from .methods import METHODS
 
     m = METHODS.get(method)
-    if noise_multiplier is not None and method not in ("dpdfd", "dpsgd"):
+    if noise_multiplier is not None and not m.takes_noise_multiplier:
         raise DpconvertError(f"`noise_multiplier` is the σ of DPDFD and DP-SGD; method {method} takes its own noise options: give `eps` instead")
     run = RunOptions(method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, device=device)
     opts = m.options(method_options)

@@ -36,6 +36,11 @@ class ConvertResult:
     profile: dict  # wall time per phase, items per second, peak memory (profiling.py)
 
 
+def _methods_that(capability: str) -> str:
+    """The registered methods with a capability (``Method.noise_free``, …), for an error that names the fix."""
+    return " or ".join(m for m in METHODS if getattr(METHODS.get(m), capability))
+
+
 def check_output_path(out: Path, force: bool = False) -> Path:
     """The student's path, checked before anything is loaded: an .onnx file in a folder we can write to, replacing an
     existing model (or its cards) only with ``force``."""
@@ -63,21 +68,17 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
     out = check_output_path(out, run.force)
     signing_key = _signing_key(run.sign_key)  # an unreadable key fails now, not after the whole run
     name, reason = choose_method(run)
-    if run.no_privacy and name != "dpdfd":
-        raise DpconvertError(f"`no_privacy` (a non-private comparison student) is a DPDFD setting (method {name} has no noise-free mode): drop it or use `method` dpdfd")
     method = METHODS.get(name)
+    if run.no_privacy and not method.noise_free:
+        raise DpconvertError(f"`no_privacy` (a non-private comparison student) is a setting of {_methods_that('noise_free')} (method {name} "
+                             f"has no noise-free mode): drop it or use `method` {_methods_that('noise_free')}")
     opts = method_options if isinstance(method_options, method.Options) else method.options(method_options)
     method.check(run, opts, out)
-    if getattr(opts, "disjoint_partitions", None):  # the teachers' statement makes DPDFD's bound record-level
-        reason = (f"{opts.disjoint_partitions} teachers on disjoint partitions of the private data (`disjoint_partitions`): DPDFD "
-                  "averaging their rows, record-level")
-    elif getattr(opts, "generator", None) == "dpgan":  # the queries come from the private data: not data-free
-        reason = ("chosen by name: DPDFD (query-level for the teacher's answers) on samples of a DP-critic GAN trained on the private "
-                  "data (record-level for those records); not data-free")
+    reason = method.describe_choice(opts, reason)
     sources = expand_teacher_sources(teacher_source)
-    if len(sources) > 1 and name != "dpdfd":
-        raise DpconvertError(f"{len(sources)} teachers given: several teachers are distilled by DPDFD only (method {name} uses one); "
-                             "give one teacher, or `method` dpdfd")
+    if len(sources) > 1 and not method.several_teachers:
+        raise DpconvertError(f"{len(sources)} teachers given: several teachers are distilled by {_methods_that('several_teachers')} only "
+                             f"(method {name} uses one); give one teacher, or `method` {_methods_that('several_teachers')}")
     teacher_source = sources[0] if len(sources) == 1 else sources
     world = current_world()
     if world.distributed:

@@ -223,7 +223,7 @@ def test_the_same_model_twice_is_refused(teacher_files, tmp_path, cli):
 
 @pytest.mark.parametrize("args,needle", [
     (["--disjoint-partitions", "2"], "says 2 teachers"),
-    (["--method", "dpsgd", "--private-data", "builtin:digits:train"], "DPDFD only"),
+    (["--method", "dpsgd", "--private-data", "builtin:digits:train"], "distilled by dpdfd only"),
 ])
 def test_mismatched_teacher_counts_and_other_methods_are_one_line_errors(teacher_files, tmp_path, cli, args, needle):
     code, _, err = cli(teacher_files, "--eps", "1", "--out", tmp_path / "s.onnx", *args)

@@ -42,6 +42,14 @@ class Method(ABC):
     Options: ClassVar[type]
     summary: ClassVar[str]  # one line for `--method auto`'s explanation and the docs
     distributed: ClassVar[bool] = False  # runs under torchrun across processes (convert/distributed.py)
+    noise_free: ClassVar[bool] = False  # has a noise-free mode (`no_privacy`: a non-private student for comparison)
+    several_teachers: ClassVar[bool] = False  # distils several teachers at once
+    takes_noise_multiplier: ClassVar[bool] = False  # its noise can be given as `noise_multiplier` instead of `eps`
+
+    def describe_choice(self, opts, reason: str) -> str:
+        """The card's ``method_choice``: why this method ran (``reason``: how it was chosen), with what its options
+        change about that (a method whose options make it record-level, or not data-free, says so)."""
+        return reason
 
     def check_distributed(self, run, opts) -> None:
         """Refuse a configuration that cannot run across processes, before anything is loaded."""

@@ -47,6 +47,10 @@ def check_release_memory(batch_size: int, spec) -> None:
 
 @register
 class Dpdfd(Method):
+    noise_free = True
+    several_teachers = True
+    takes_noise_multiplier = True
+
     name = "dpdfd"
     Options = DpdfdOptions
     summary = "data-free DPDFD (query-level)"
@@ -56,6 +60,15 @@ class Dpdfd(Method):
         super().check_distributed(run, opts)
         if opts.generator == GAN_QUERIES:
             raise DpconvertError("`generator` dpgan trains its GAN in one process only: run it without torchrun")
+
+    def describe_choice(self, opts: DpdfdOptions, reason: str) -> str:
+        if opts.disjoint_partitions:  # the teachers' statement makes DPDFD's bound record-level
+            return (f"{opts.disjoint_partitions} teachers on disjoint partitions of the private data (`disjoint_partitions`): DPDFD "
+                    "averaging their rows, record-level")
+        if opts.generator == GAN_QUERIES:  # the queries come from the private data: not data-free
+            return ("chosen by name: DPDFD (query-level for the teacher's answers) on samples of a DP-critic GAN trained on the private "
+                    "data (record-level for those records); not data-free")
+        return reason
 
     def reads_private_records(self, opts: DpdfdOptions) -> bool:
         """Only the DP-critic GAN of `generator` dpgan reads them; the teacher's answers are post-processing of the teacher."""

@@ -78,6 +78,7 @@ def default_student(spec, device: str = "cpu") -> str:
 
 @register
 class DpSgdMethod(Method):
+    takes_noise_multiplier = True
     name = "dpsgd"
     Options = DpsgdOptions
     summary = "record-level DP-SGD (Opacus) on the private labels"
