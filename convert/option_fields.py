@@ -6,7 +6,7 @@ arguments from dataclass fields).
     @dataclass
     class DpdfdOptions:
         PANEL: ClassVar[str] = "DPDFD (data-free, query-level)"
-        releases: int = option(1, help="Noisy releases T.", flag="steps", aliases=("releases",), plan=True)
+        releases: int = option(1, help="Noisy releases T.", flag="steps", plan=True)
 
 Help texts name other parameters in backticks (`batch_size`); the CLI renders them as its flags. A field whose
 default is ``None`` because the library picks it (from the input size, the device, …) says so in ``default_text``.
@@ -27,19 +27,19 @@ from .errors import OptionError
 TEACHER, PRIVACY, DATA, OUTPUT = "Teacher", "Privacy", "Data", "Output"
 
 
-def option(default: Any = MISSING, *, help: str, panel: Optional[str] = None, flag: Optional[str] = None, aliases: tuple = (),
+def option(default: Any = MISSING, *, help: str, panel: Optional[str] = None, flag: Optional[str] = None,
            default_text: Optional[str] = None, parse: Optional[Callable[[str], Any]] = None, plan: bool = False,
            cli: bool = True, choices: Optional[tuple] = None, only_with: Optional[tuple] = None, default_factory: Any = MISSING):
     """A dataclass field with what a command line needs to offer it.
 
-    ``flag``: the name on the command line when it is not the field's (``releases`` → ``steps``); ``aliases``: further
-    names. ``parse``: turns the command line's text into the field's value (sizes, lists). ``plan``: the option changes
+    ``flag``: the name on the command line when it is not the field's (``releases`` → ``steps``).
+    ``parse``: turns the command line's text into the field's value (sizes, lists). ``plan``: the option changes
     the privacy plan (``dpconvert plan`` shows it in its help; it accepts every option). ``cli=False``: Python only
     (engine internals whose defaults were measured; the CLI does not offer them). ``choices``: the values it takes
     (listed in the help and checked by :func:`check_choices`). ``only_with``: (other field, value) — the option
     configures only that choice (a GAN critic's own settings), and :func:`check_choices` refuses it changed otherwise.
     """
-    meta = {"help": help, "panel": panel, "flag": flag, "aliases": tuple(aliases), "default_text": default_text, "parse": parse,
+    meta = {"help": help, "panel": panel, "flag": flag, "default_text": default_text, "parse": parse,
             "plan": plan, "cli": cli, "choices": choices, "only_with": only_with}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=meta)
@@ -65,7 +65,6 @@ class OptionSpec:
     help: str
     panel: str
     flag: str
-    aliases: tuple
     default_text: Optional[str]
     parse: Optional[Callable[[str], Any]]
     plan: bool
@@ -119,7 +118,7 @@ def option_specs(cls: type, prefix: str = "", path: tuple = (), panel: Optional[
         tp = _unwrap_optional(hints[f.name])
         tp = typing.get_origin(tp) or tp  # tuple[int, …] → tuple
         specs.append(OptionSpec(name=name, path=path + (f.name,), owner=cls, type=tp, default=default, help=meta["help"],
-                                panel=meta["panel"] or panel, flag=prefix + (meta["flag"] or f.name), aliases=tuple(prefix + a for a in meta["aliases"]),
+                                panel=meta["panel"] or panel, flag=prefix + (meta["flag"] or f.name),
                                 default_text=meta["default_text"], parse=meta["parse"], plan=meta["plan"], cli=meta["cli"],
                                 choices=meta["choices"], only_with=meta["only_with"]))
     return specs

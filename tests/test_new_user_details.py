@@ -47,3 +47,20 @@ def test_synth_shows_progress_and_a_summary_and_a_labelled_grid(cli, tmp_path):
 
     md = render_markdown(PrivacyCard.read(f"{out}.card.json"))
     assert "of the teacher" not in md and "Record level, the headline" in md
+
+
+HELP_COMMANDS = [["convert"], ["synth"], ["plan"], ["audit"], ["inspect"], ["card", "show"], ["card", "verify"],
+                 ["card", "export"], ["card", "sign"], ["card", "keygen"]]
+
+
+def test_every_help_speaks_one_style(cli, monkeypatch):
+    """Item 8: value types as INT/NUM/TEXT/PATH (not Python's <list[str]>), arguments as TEACHER..., one flag per option,
+    defaults written one way ("Default: X."), and no help text printed twice (the GAN options two methods share)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    for command in HELP_COMMANDS:
+        code, out, _ = cli(*command, "--help")
+        assert code == 0, command
+        assert not re.search(r"<[a-z\[\]]+>|\{[A-Z]+\}|\[default:|--[a-z-]+,--", out), (command, out)
+        text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", out).split())
+        sentences = [s for s in re.split(r"(?<=\.) ", text) if len(s) > 40]
+        assert len(sentences) == len(set(sentences)), (command, [s for s in sentences if sentences.count(s) > 1][:2])

@@ -22,22 +22,35 @@ from typing import Optional
 
 from dpconvert.auditing.card_checks import as_float as _as_float
 from dpconvert.auditing.card_checks import check_card, noise_blocks
+from dpconvert.accounting.statements import DELTA_CEILING
 from dpconvert.errors import DpconvertError
+from dpconvert.option_fields import option
 from dpconvert.zoo_cards.read import DATA_SUFFIXES, MODEL_SUFFIXES
+
+
+POLICY = "Policy"  # the panel of the policy options
 
 
 @dataclass
 class Policy:
-    max_eps: Optional[float] = None
-    max_delta: Optional[float] = None  # None: the documented ceiling (accounting/statements.py: DELTA_CEILING)
-    require_scope: Optional[str] = None
-    max_record_eps: Optional[float] = None
-    min_accuracy: Optional[float] = None
-    allow_missing: bool = False
-    allow_seeded_noise: bool = False  # by default a card whose noise was seeded (not secret) fails
-    require_signature: bool = False
-    trusted_keys: Optional[str] = None  # a directory of *.pub Ed25519 keys (or one key file)
-    max_per_image_eps: Optional[float] = None  # public-image queries: bound the ε for all the answers about one source image
+    """What a model must satisfy beyond a card that verifies; each field is a command-line option of ``audit`` (and, in
+    part, ``card verify``), declared here once."""
+
+    max_eps: Optional[float] = option(None, help="Fail models whose ε exceeds this.", panel=POLICY)
+    max_delta: Optional[float] = option(None, help="Fail models whose δ exceeds this.", panel=POLICY,
+                                        default_text=f"the ceiling {DELTA_CEILING:g}")
+    require_scope: Optional[str] = option(None, help="Require this scope (record for DP-SGD, Private-kNN, AdLM; query for DPDFD).",
+                                          panel=POLICY, choices=("record", "query"))
+    max_record_eps: Optional[float] = option(None, help="Fail models whose record-level ε exceeds this.", panel=POLICY)
+    min_accuracy: Optional[float] = option(None, help="Fail models whose card reports lower student accuracy.", panel=POLICY)
+    allow_missing: bool = option(False, help="Models without a card pass (reported as 'no DP guarantee').", panel=POLICY)
+    allow_seeded_noise: bool = option(False, help="Let models whose DP noise was seeded (`seeded_noise`: reproducible, not secret) "
+                                      "pass; by default they fail.", panel=POLICY)
+    require_signature: bool = option(False, help="Fail models whose card is not signed by a key in `trusted_keys`.", panel=POLICY)
+    trusted_keys: Optional[str] = option(None, help="A folder of *.pub Ed25519 keys (or one key): signatures by these keys are "
+                                         "verified, others fail.", panel=POLICY)
+    max_per_image_eps: Optional[float] = option(None, help="Fail DPDFD models on public-image queries whose ε for all the answers "
+                                                "about one source image exceeds this.", panel=POLICY)
 
     def __post_init__(self) -> None:
         if self.require_scope not in (None, "query", "record"):
@@ -56,8 +69,6 @@ class Policy:
 
     @property
     def delta_limit(self) -> float:
-        from dpconvert.accounting.statements import DELTA_CEILING
-
         return DELTA_CEILING if self.max_delta is None else self.max_delta
 
     def to_dict(self) -> dict:

@@ -37,7 +37,30 @@ def _no_type_on_flags() -> None:
     TyperOption.display_type_rich = display_type_rich
 
 
+def _plain_arguments() -> None:
+    """Typer prints a required argument as ``{TEACHER}...`` in the usage line and its Python type (``<list[str]>``) in
+    the help; the help already says what TEACHER is, so the usage reads ``TEACHER...`` (``[NAME]`` when optional, names in
+    capitals, as click writes them) and the type column stays empty."""
+    from typer.core import TyperArgument
+
+    if getattr(TyperArgument._usage_display_name, "_dpconvert", False):
+        return
+
+    def usage_name(self):
+        name = self.display_name_raw
+        return (name if self.required else f"[{name}]") + ("..." if self.nargs != 1 else "")
+
+    def no_type(self, ctx):
+        return None
+
+    usage_name._dpconvert = True
+    TyperArgument._usage_display_name = usage_name
+    TyperArgument.display_name_raw = property(lambda self: (self.metavar or self.name).upper())
+    TyperArgument.display_type_rich = no_type
+
+
 _no_type_on_flags()
+_plain_arguments()
 
 app = typer.Typer(
     name="dpconvert",
@@ -62,32 +85,6 @@ def method_help(auto: bool = True) -> str:
 
     listed = "; ".join(f"{name}: {METHODS.get(name).summary}" for name in METHOD_ORDER)
     return listed + ("; auto (default): DP-SGD with --private-data, DPDFD otherwise." if auto else ".")
-
-# ------------------------------------------------------------------ shared options
-def _teacher_option(name: str):
-    from dpconvert.io.teachers import LoadOptions
-
-    from .generated import option_annotation
-
-    return option_annotation(LoadOptions, name)
-
-
-Arch, NumClasses, InChans, InputSize, Mean, Std, Weights, TrustPickle = (
-    _teacher_option(n) for n in ("arch", "num_classes", "in_chans", "input_size", "mean", "std", "weights", "trust_pickle"))
-
-
-def _load_options(arch, num_classes, in_chans, input_size, mean, std, weights, trust_pickle, device="cpu"):
-    """LoadOptions from a hand-written command's teacher options (``inspect``, ``audit``): parsed as declared."""
-    from dpconvert.io.teachers import LoadOptions
-    from dpconvert.options import resolve_device
-
-    from .generated import params_of
-
-    values = dict(arch=arch, num_classes=num_classes, in_chans=in_chans, input_size=input_size, mean=mean, std=std,
-                  weights=str(weights) if weights else None, trust_pickle=trust_pickle)
-    parsed = {p.name: p.value(values[p.name]) for p in params_of(LoadOptions, only=set(values)) if values[p.name] is not None}
-    return LoadOptions(**parsed, device=resolve_device(device))
-
 
 def _exit_usage(message: str) -> None:
     err.print(f"error: {as_flags(message)}", style="bold red", markup=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,6 +11,7 @@ from dpconvert.errors import DpconvertError
 
 from .app import _exit_usage, card_app
 from .console import out
+from .generated import build, given, own, params_of
 
 
 @card_app.command("show")
@@ -31,26 +32,25 @@ def card_show(
     out.print(Markdown(render_markdown(card).split("---\n", 2)[-1]), soft_wrap=False)  # wrapped at the terminal's width, never cut
 
 
-@card_app.command("verify")
-def card_verify(
-    file: Annotated[Path, typer.Argument(help="A model file, a data set (.npz) or its *.card.json.")],
-    max_eps: Annotated[Optional[float], typer.Option("--max-eps", help="Fail if ε exceeds this.")] = None,
-    max_delta: Annotated[Optional[float], typer.Option("--max-delta", help="Fail if δ exceeds this (default: the ceiling, 1e-4).")] = None,
-    require_scope: Annotated[Optional[str], typer.Option("--require-scope", help="Require this scope: record or query.")] = None,
-    allow_seeded_noise: Annotated[bool, typer.Option("--allow-seeded-noise", help="Let a card with seeded (not secret) noise pass.")] = False,
-    trusted_keys: Annotated[Optional[Path], typer.Option("--trusted-keys", help="A folder of *.pub keys whose signatures are accepted.")] = None,
-    require_signature: Annotated[bool, typer.Option("--require-signature", help="Fail unless signed by a key in --trusted-keys.")] = False,
-) -> None:
+def _verify_params() -> list:
+    from dpconvert.auditing.audit import Policy
+
+    return [own("file", type=Path, argument=True, default=..., help="A model file, a data set (.npz) or its *.card.json."),
+            *params_of(Policy, only={"max_eps", "max_delta", "require_scope", "allow_seeded_noise", "trusted_keys", "require_signature"})]
+
+
+VERIFY = _verify_params()
+
+
+def _card_verify(values: dict) -> None:
     """Run the audit checks on one model or data set, and list every check."""
     from dpconvert.auditing.audit import Policy, audit_model, discover
 
     from .render import print_audit
 
     try:
-        (target,) = discover([str(file)])
-        policy = Policy(max_eps=max_eps, max_delta=max_delta, require_scope=require_scope, allow_seeded_noise=allow_seeded_noise,
-                        trusted_keys=str(trusted_keys) if trusted_keys else None, require_signature=require_signature)
-        result = audit_model(target, policy)
+        (target,) = discover([str(values["file"])])
+        result = audit_model(target, Policy(**given(VERIFY, values, Policy)))
     except DpconvertError as e:
         _exit_usage(str(e))
     print_audit([result])
@@ -60,24 +60,28 @@ def card_verify(
         raise typer.Exit(1)
 
 
-@card_app.command("export")
-def card_export(
-    file: Annotated[Path, typer.Argument(help="An ONNX model with its card, or a *.card.json.")],
-    out_path: Annotated[Path, typer.Option("--out", "-o", help="Where to write the model card (e.g. README.md of a Hub repository).")],
-    fmt: Annotated[str, typer.Option("--format", help="hf: a Hugging Face model card (YAML front matter + Markdown).")] = "hf",
-    license: Annotated[str, typer.Option("--license", help="The license identifier for the front matter (e.g. apache-2.0).")] = "other",
-    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
-) -> None:
+build(card_app, "verify", VERIFY, _card_verify, _card_verify.__doc__)
+
+
+EXPORT = [own("file", type=Path, argument=True, default=..., help="An ONNX model with its card, or a *.card.json."),
+          own("out_path", "--out", "-o", type=Path, default=..., help="Where to write the model card (e.g. README.md of a Hub repository)."),
+          own("fmt", "--format", default="hf", help="hf: a Hugging Face model card (YAML front matter + Markdown). Default: hf."),
+          own("license", default="other", help="The license identifier for the front matter (e.g. apache-2.0). Default: other."),
+          own("force", type=bool, default=False, help="Replace OUT if it exists.")]
+
+
+def _card_export(values: dict) -> None:
     """Write a model card for where people look: a Hugging Face README with the privacy section and metrics.
     `dpconvert audit` fails a README that was edited afterwards: it is a copy of the card."""
     from dpconvert.io.atomic import AtomicOutputs
     from dpconvert.zoo_cards.hf import check_license, render_hf_model_card
     from dpconvert.zoo_cards.read import read_card
 
-    if fmt != "hf":
-        raise DpconvertError(f"unknown --format {fmt!r}; choose hf")
+    file, out_path, license = values["file"], values["out_path"], values["license"]
+    if values["fmt"] != "hf":
+        raise DpconvertError(f"unknown --format {values['fmt']!r}; choose hf")
     check_license(license)
-    if out_path.exists() and not force:
+    if out_path.exists() and not values["force"]:
         raise DpconvertError(f"{out_path} exists; give --force to replace it, or another --out")
     card = read_card(file)
     if card.kind != "model":
@@ -85,6 +89,9 @@ def card_export(
     with AtomicOutputs() as o:
         o.write(out_path, render_hf_model_card(card, license=license))
     out.print(f"wrote {out_path}", markup=False)
+
+
+build(card_app, "export", EXPORT, _card_export, _card_export.__doc__)
 
 
 @card_app.command("keygen")
@@ -96,13 +103,17 @@ def card_keygen(path: Annotated[Path, typer.Argument(help="Where to write the pr
     out.print(f"private key {priv} (keep secret), public key {pub}, key id {kid}", markup=False)
 
 
-@card_app.command("sign")
-def card_sign(
-    model: Annotated[Path, typer.Argument(help="An .onnx model written by dpconvert, or a data set (.npz) written by dpconvert synth.")],
-    key: Annotated[Path, typer.Option("--key", help="The Ed25519 private key (dpconvert card keygen).")],
-) -> None:
+SIGN = [own("model", type=Path, argument=True, default=...,
+             help="An .onnx model written by dpconvert, or a data set (.npz) written by dpconvert synth."),
+         own("key", type=Path, default=..., help="The Ed25519 private key (dpconvert card keygen).")]
+
+
+def _card_sign(values: dict) -> None:
     """Sign a card: every copy (the embedded one, OUT.card.json, OUT.card.md, a Hub README beside it) is rewritten together."""
     from dpconvert.zoo_cards.signing import load_private_key, sign_model
 
-    signed = sign_model(model, load_private_key(key))
-    out.print(f"signed {model} with key {signed.data['signature']['key_id']}", markup=False)
+    signed = sign_model(values["model"], load_private_key(values["key"]))
+    out.print(f"signed {values['model']} with key {signed.data['signature']['key_id']}", markup=False)
+
+
+build(card_app, "sign", SIGN, _card_sign, _card_sign.__doc__)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
@@ -85,20 +86,21 @@ def params_of(*classes: type, only: Optional[set] = None, skip: frozenset = froz
             raise TypeError(f"option {name} has different types in {[s.owner.__name__ for s in specs]}: {types}")
         if len({s.flag for s in specs}) > 1:
             raise TypeError(f"option {name} has different flags in {[s.owner.__name__ for s in specs]}")
-        if len(specs) == 1:
+        meanings = list(dict.fromkeys((_owner_label(s.owner), _help(s)) for s in specs))  # one nested class in two methods: once
+        if len({h for _, h in meanings}) == 1:
             text = _help(first)
         else:  # the same concept in several methods: each one's meaning and default
-            text = " ".join(f"{_owner_label(s.owner)}: {_help(s)}" for s in specs)
+            text = " ".join(f"{label}: {h}" for label, h in meanings)
         is_flag = first.is_flag
         params.append(Param(
-            name=name, flags=tuple("--" + f.replace("_", "-") for f in (first.flag, *first.aliases)),
+            name=name, flags=("--" + first.flag.replace("_", "-"),),
             type=bool if is_flag else (str if first.parse or first.type not in (int, float, str) else first.type),
             help=as_flags(text), panel=panel or first.panel, default=False if is_flag else None,
             hidden=plan_only and not any(s.plan for s in specs), specs=specs, classes=tuple(roots[name])))
     return params
 
 
-METAVARS = {int: "INT", float: "NUM", str: "TEXT"}  # what the help shows for a value (not <str>, <list[str]>)
+METAVARS = {int: "INT", float: "NUM", str: "TEXT", Path: "PATH"}  # what the help shows for a value (not <str>, <list[str]>)
 
 
 def annotation(p: Param):

@@ -3,28 +3,31 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
-
-import typer
-
-from .app import Arch, InChans, InputSize, Mean, NumClasses, Std, TrustPickle, Weights, _load_options, app
+from .app import app
 from .console import err, out
+from .generated import build, given, own, params_of
 
 
-@app.command()
-def inspect(
-    teacher: Annotated[str, typer.Argument(help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:NAME.")],
-    arch: Arch = None, num_classes: NumClasses = None, in_chans: InChans = None, input_size: InputSize = None, mean: Mean = None,
-    std: Std = None, weights: Weights = None, trust_pickle: TrustPickle = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (keys documented in the README).")] = False,
-) -> None:
+def _inspect_params() -> list:
+    from dpconvert.io.teachers import LoadOptions
+
+    return [own("teacher", argument=True, default=..., help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:NAME."),
+            *params_of(LoadOptions, skip=frozenset({"device"})),
+            own("as_json", "--json", type=bool, default=False, help="Print JSON (keys documented in the README).")]
+
+
+INSPECT = _inspect_params()
+
+
+def _inspect(values: dict) -> None:
     """Load a teacher and print what was loaded (source kind, architecture, input spec, sha256)."""
     from rich.table import Table
 
-    from dpconvert.io.teachers import load_teacher
+    from dpconvert.io.teachers import LoadOptions, load_teacher
 
-    t = load_teacher(teacher, _load_options(arch, num_classes, in_chans, input_size, mean, std, weights, trust_pickle))
-    if as_json:
+    teacher = values["teacher"]
+    t = load_teacher(teacher, LoadOptions(**given(INSPECT, values, LoadOptions)))
+    if values["as_json"]:
         print(json.dumps(t.info(), indent=2))
         return
     from rich.text import Text
@@ -43,3 +46,6 @@ def inspect(
     out.print(table)
     for w in t.warnings:  # wrapped at words, parameters as the flags a user types
         err.print(Text(f"warning: {as_flags(w)}", style="yellow"), soft_wrap=False)
+
+
+build(app, "inspect", INSPECT, _inspect, _inspect.__doc__)

@@ -36,7 +36,7 @@ DISTILL_LOSS_NAMES = ("logits", "ce", "kd")  # mechanisms/output_gradients.py: D
 class DpdfdOptions:
     PANEL: ClassVar[str] = "DPDFD (data-free, query-level)"
     releases: int = option(1, help="Noisy releases T; with per-answer accounting the query-level ε is one release's for any T.", flag="steps",
-                           aliases=("releases",), plan=True)
+                           plan=True)
     batch_size: Optional[int] = option(None, help="Rows per release B (free for the query-level ε; the student's signal grows with √B).",
                                        default_text="from the input size and device", plan=True)
     clip: float = option(1.0, help="Row norm C of the normalised output gradients.")
