@@ -212,6 +212,7 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
         "accounting": accounting_block(r.accountant, r.delta, r.claims),
         "mechanism": {**r.mechanism, "method_choice": reason},
         "utility": utility,
+        **({"expected_utility": r.verdict} if r.verdict is not None else {}),
         "export": {"onnx_checker": "passed (full_check=True)", "parity": par.to_dict(), "onnxruntime_device": "cpu"},
         "audit": r.audit,
         "run": _run_block(run, profile, world),

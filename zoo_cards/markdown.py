@@ -135,6 +135,11 @@ def render_markdown(card: PrivacyCard) -> str:
         p = d["export"].get("parity", {})
         lines.append(f"- ONNX check: {text(d['export'].get('onnx_checker'))}; onnxruntime vs torch on {_fmt(p.get('inputs'))} inputs: "
                      f"max |Δ| = {_fmt(p.get('max_abs_diff'))}, top-1 agreement {_fmt(p.get('top1_agreement'))}")
+    v = d.get("expected_utility")
+    if v:
+        lines += ["", "## Expected utility (from the release, before evaluation)", "", f"- {text(v['note'])}",
+                  f"- each target the student learned from averages {_fmt(v['answers_per_target'])} released answers: noise-to-signal "
+                  f"power ≥ {_fmt(v['target_noise_to_signal'])}"]
     u = d.get("utility")
     if u:
         lines += ["", "## Utility (not covered by the DP guarantee)" if not u.get("covered_by_guarantee") else "## Utility", ""]

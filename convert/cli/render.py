@@ -255,6 +255,9 @@ def print_summary(result, throughput: bool = False, show_timings: bool = False) 
     if throughput and (show_timings or not private):
         rows.append(("throughput", ", ".join(f"{k} {_compact(v)} {PHASE_UNITS.get(k, 'items')}/s"
                                              for k, v in result.profile["items_per_second"].items())))
+    v = d.get("expected_utility")
+    if v:
+        rows.append(("verdict", as_flags(v["note"])))
     u = d.get("utility")
     if u:
         rows.append(("accuracy (not DP-covered)", f"teacher {u['teacher_accuracy']:.4f}, student {u['student_accuracy']:.4f}, agreement {u['agreement']:.4f} on {u['evaluation_data']}"))

@@ -33,6 +33,7 @@ class MethodOutput:
     audit: Optional[dict] = None  # empirical evidence produced during the run (the canary audit)
     extra_files: dict = field(default_factory=dict)  # path → bytes, written all-or-nothing with the model and card
     generator: Optional[object] = None  # DPDFD: the learned generator (Private-kNN's in-run query generator uses it)
+    verdict: Optional[dict] = None  # what released quantities say about the student (distill/verdict.py): post-processing
 
 
 class Method(ABC):

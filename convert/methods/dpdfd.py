@@ -185,6 +185,7 @@ class Dpdfd(Method):
         if not ran_the_plan:
             raise DpconvertError(f"internal error: the mechanism's releases and ε differ from the plan's ({opts.releases}, ε={plan['epsilon']}); "
                                  "nothing was written")
+        verdict = self._verdict(job, plan["sigma"], warnings)
         mechanism = self._mechanism_block(run, opts, plan, cfg, ctx.noise.card_fields, source, generator, job.members)
         claims = self._claims(run, opts, plan, accountant, mechanism, job.public_image_counts())
         if gan is not None:
@@ -197,9 +198,20 @@ class Dpdfd(Method):
             extra[opts.save_generator] = generator_bytes(generator, opts.generator, spec, cost)
         return MethodOutput(
             student=student, student_name=student_name, probe=job.synthesise(run.parity_inputs), rounds=rounds, warnings=warnings,
-            extra_files=extra, generator=generator, mechanism=mechanism, accountant=accountant, delta=run.delta, claims=claims)
+            extra_files=extra, generator=generator, mechanism=mechanism, accountant=accountant, delta=run.delta, claims=claims,
+            verdict=verdict)
 
     # ------------------------------------------------------------ pieces of run
+    @staticmethod
+    def _verdict(job, sigma: float, warnings: list) -> dict:
+        """What the release says about the student (post-processing: costs no ε); a weak student is a warning too."""
+        from dpconvert.distill.verdict import student_verdict
+
+        verdict = student_verdict(job, sigma)
+        if verdict.weak:
+            warnings.append(verdict.note)
+        return verdict.to_dict()
+
     @staticmethod
     def _claims(run, opts: DpdfdOptions, plan: dict, accountant, mechanism: dict, images) -> Claims:
         """What the card states beside the headline ε: the other adjacencies' bounds the same events give."""

@@ -51,8 +51,10 @@ class DpdfdOptions:
                                             "run's δ; the teacher's answers keep `eps`).", default_text="`eps`", plan=True)
     gan: GanOptions = nested(GanOptions, prefix="gan", panel="DPDFD: DP-critic GAN queries (`generator` dpgan)",
                              help="`generator` dpgan: the DP-critic GAN trained on the private data (methods/dpgan.py)")
-    prior: Optional[str] = option(None, help="The data-free query prior: random_fields (smooth blobs and strokes) or centred_fields (the same "
-                                  "inside a centred ellipse).", default_text="from the input size")
+    prior: Optional[str] = option(None, help="The data-free query prior: random_fields (smooth blobs and strokes), centred_fields (the same "
+                                  "inside a centred ellipse) or natural_crops (augmented crops of public photographs that scikit-image, "
+                                  "scikit-learn and matplotlib ship; named with their licences on the card).",
+                                  default_text="from the input size")
     prior_pool: int = option(10, help="Later releases pick a class-balanced selection out of pool × B prior samples.", cli=False)
     # with public_data: "per-image" (the targets of all views of one image are averaged and denoised) or "rows" (every view
     # of a public image is a training pair with its own noisy target). per-image is the default: at ε = 1 it measured
