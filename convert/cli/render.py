@@ -59,6 +59,11 @@ def print_plan(result: dict, to=None) -> None:
                  f"{eps_text(result['record_level_epsilon'])}): the guarantee is for the teacher's answers", markup=False)
     if tr:
         to.print(as_flags(f"teacher's training records: (ε, δ) = ({tr['epsilon']:.4g}, {tr['delta']:.3g}); {tr['note']}"), markup=False)
+    if "target_noise_to_signal" in result:
+        a, nsr = result["answers_per_target"], result["target_noise_to_signal"]
+        to.print(f"each target the student learns from averages {a:,.0f} answers: noise-to-signal power ≥ {nsr:.3g} (about 1 or less "
+                 "makes a usable target)" if a > 1 else f"one answer per target, noise-to-signal power {nsr:.3g}: the student learns only "
+                 "what many similar queries agree on", markup=False)
     if result.get("method_choice"):
         to.print(as_flags(f"method {result['method']}: {result['method_choice']}"), markup=False)
     if result.get("teacher_input"):

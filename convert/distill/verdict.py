@@ -6,7 +6,8 @@ trains, learns that one class. The verdict looks at two things, both post-proces
 answer is read again, so nothing here costs ε):
 
 * **class coverage**: the trained student's top class on fresh draws of the data-free query source (the student is
-  the released model; the queries are nobody's data). A class counts as covered when it gets at least
+  the released model; the queries are nobody's data), before the logit adjustment, which evens out the classes on
+  exactly these queries whatever the targets said. A class counts as covered when it gets at least
   1/(5K) of them; fewer than 4/5 of the K classes covered means the queries never showed the teacher the rest, so
   the student cannot know them.
 * **noise per target**: each target the student learns from averages A released rows of norm C with noise σC per
@@ -73,9 +74,11 @@ def student_verdict(job, sigma: float, gpu_hint: Optional[str] = None) -> Verdic
     job.student.eval()
     try:
         with torch.no_grad():
-            top = batched(job.model, x, job.chunk).argmax(1).cpu()
+            logits = batched(job.model, x, job.chunk).float().cpu()
     finally:
         job.student.train(was_training)
+    shift = getattr(job, "query_prior_shift", None)  # undo the logit adjustment: it evens out the classes on these very
+    top = (logits + (shift.float().cpu() if shift is not None else 0)).argmax(1)  # queries whatever the targets said
     k = job.num_classes
     counts = torch.bincount(top, minlength=k).tolist()
     targets = job.source_targets

@@ -394,6 +394,6 @@ class Dpdfd:
                     lg = self.train_generator()
                 times["generator"] += time.perf_counter() - t1
             if r == self.cfg.releases and self.cfg.logit_adjust:
-                self.adjust_for_query_prior()
+                self.query_prior_shift = self.adjust_for_query_prior()  # the verdict looks at what came before it
             if on_round:
                 on_round(RoundInfo(r, self.accountant.count(NormalisedGaussianRelease.mechanism), ls, lg, time.perf_counter() - t0, times))

@@ -119,6 +119,10 @@ class Dpdfd(Method):
         plan = plan_dpdfd(eps=run.eps, delta=delta, steps=opts.releases, batch_size=batch_size, noise_multiplier=run.noise_multiplier,
                           per_answer=opts.accounting == "per-answer", disjoint_teachers=opts.disjoint_partitions or 0)
         plan["student_epochs"] = opts.epochs or default_epochs(spec, run.device)
+        images = prior_images(run, opts, spec) if per_image and not run.public_data else 0  # public images: counted when loaded
+        if images or not per_image:  # what each target the student learns from averages (distill/verdict.py)
+            plan["answers_per_target"] = batch_size * opts.releases / images if images else 1
+            plan["target_noise_to_signal"] = spec.num_classes * plan["sigma"] ** 2 / plan["answers_per_target"]
         if opts.generator == GAN_QUERIES:
             plan.update(self._plan_gan_queries(run, opts, plan))
         return plan
