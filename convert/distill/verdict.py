@@ -8,8 +8,9 @@ answer is read again, so nothing here costs ε):
 * **class coverage**: the trained student's top class on fresh draws of the data-free query source (the student is
   the released model; the queries are nobody's data), before the logit adjustment, which evens out the classes on
   exactly these queries whatever the targets said. A class counts as covered when it gets at least
-  1/(5K) of them; fewer than 4/5 of the K classes covered means the queries never showed the teacher the rest, so
-  the student cannot know them.
+  1/(5K) of them; at most half of the K classes covered means the queries rarely showed the teacher the rest, so
+  the student cannot know them. (The digits default covers 8 of 10 on every seed and scores 89–94 %: classes that
+  are rare among the queries can still be learned; half is where the published CIFAR-10 model's students were weak.)
 * **noise per target**: each target the student learns from averages A released rows of norm C with noise σC per
   coordinate, so its noise-to-signal power is at least K·σ²/A (one row at σ = 3.73, K = 10: 139). This is a number
   for the card, not a pass/fail: many noisy rows of similar inputs still teach a student (the digits default).
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 COVERED_SHARE = 0.2  # a class is covered when it gets ≥ COVERED_SHARE / K of the student's answers
-MIN_COVERED = 0.8  # fewer than this share of the classes covered: weak
+WEAK_COVERAGE = 0.5  # at most this share of the classes covered: weak
 VERDICT_QUERIES = 4096  # fresh draws of the query source the student answers
 
 
@@ -51,7 +52,7 @@ def judge(class_counts: list[int], *, sigma: float, answers_per_target: float, n
     covered = sum(c >= COVERED_SHARE * n / k for c in class_counts)
     largest = max(class_counts) / n if n else 0.0
     nsr = k * sigma ** 2 / max(answers_per_target, 1e-12)
-    weak = covered < MIN_COVERED * k
+    weak = covered <= WEAK_COVERAGE * k
     if weak:
         note = (f"expect a weak student: its answers on fresh queries cover {covered} of {k} classes ({largest:.0%} in one), "
                 "so the queries rarely showed the teacher the rest; give unlabelled in-domain images with `public_data` or "
