@@ -31,3 +31,25 @@ def test_the_median_timing_ignores_one_slow_repeat():
         time.sleep(0.2 if len(calls) == 2 else 0.001)  # one repeat stalled by other load
 
     assert median_seconds(fn, at_least=0.05) < 0.05 and len(calls) >= 3
+
+
+def test_the_dpsgd_estimate_is_within_2x_and_post_processing_of_the_noisy_count(tmp_path, models):
+    """DP-SGD's estimate times the fixed features and one step on synthetic records, as many as the noisy count ñ
+    says (timing the real lots would time n); drawing ñ first changes no event: one count, then the steps."""
+    import numpy as np
+    import dpconvert
+    from dpconvert.io.teachers import LoadOptions
+
+    g = np.random.default_rng(0)
+    np.savez(tmp_path / "private.npz", x=g.integers(0, 256, (3000, 1, 28, 28), dtype=np.uint8), y=g.integers(0, 10, 3000))
+    events = []
+    result = dpconvert.convert(str(models["dir"] / "cnn_script.pt"), out=tmp_path / "s.onnx", method="dpsgd",
+                               private_data=str(tmp_path / "private.npz"), epochs=2,
+                               loader=LoadOptions(input_size=(1, 28, 28), mean=(0.5,), std=(0.5,), num_classes=10),
+                               on_progress=lambda e: events.append(e) if e.get("kind") == "estimate" else None)
+    (estimate,) = events
+    measured = result.profile["phase_seconds"]
+    ran = measured.get("fixed features", 0.0) + measured["DP-SGD"]
+    assert 0.5 <= estimate["steps_seconds"] / ran <= 2.0, (estimate, measured)
+    kinds = [e["mechanism"] for e in result.card.data["accounting"]["state"]["events"]]
+    assert kinds == ["gaussian_count", "subsampled_gaussian"], kinds  # one count, then the steps (folded), as before

@@ -178,6 +178,9 @@ class ProgressReporter:
             line = f"round {info['round']}: {info['answered']}/{info['asked']} answered, ε spent {info['epsilon']:.3f}" + (
                 f", {info['seconds']:.0f} s" if self.show_time else "")
             self._advance(info["asked"] - info["answered"], line)
+        elif kind == "estimate" and "steps_seconds" in info:  # DP-SGD: timed on a synthetic lot of the noisy expected size
+            self._print(f"estimated on this machine (timed on synthetic records): fixed features and DP-SGD steps "
+                        f"{_duration(info['steps_seconds'])}")
         elif kind == "estimate":
             total = info.get("queries_seconds", 0.0) + info["teacher_seconds"] + info["student_seconds"]
             self._print(f"estimated on this machine (timed on {info['probe']} queries): queries {_duration(info.get('queries_seconds', 0.0))}, "

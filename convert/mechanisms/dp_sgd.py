@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from dpconvert.profiling import phase
+from dpconvert.profiling import median_seconds, phase
 
 from dpconvert.mechanisms.noise import as_generator
 
@@ -38,9 +38,15 @@ class DpSgd:
         self.accountant.record("gaussian_count", sigma=self.count_sigma)
         return n + noise
 
-    def fit(self, x: torch.Tensor, y: torch.Tensor, on_step: Optional[Callable[[int], None]] = None) -> torch.nn.Module:
-        """Train ``module`` in place for ``steps`` noisy steps on (x, y); returns the trained module (unwrapped)."""
-        expected = max(1, round(self.sampling_rate * self.noisy_count(len(x))))
+    def expected_lot(self, noisy_n: float) -> int:
+        """q·ñ: the lot size the learning rate is scaled by (and the estimate is timed on)."""
+        return max(1, round(self.sampling_rate * noisy_n))
+
+    def fit(self, x: torch.Tensor, y: torch.Tensor, on_step: Optional[Callable[[int], None]] = None,
+            noisy_n: Optional[float] = None) -> torch.nn.Module:
+        """Train ``module`` in place for ``steps`` noisy steps on (x, y); returns the trained module (unwrapped).
+        ``noisy_n``: ñ when the caller drew it already (:meth:`noisy_count`), else it is drawn here."""
+        expected = self.expected_lot(self.noisy_count(len(x)) if noisy_n is None else noisy_n)
         model, opt, criterion = self._engine(expected)
         opt.attach_step_hook(self._record)
         y = y.long()
@@ -57,6 +63,26 @@ class DpSgd:
                 if on_step:
                     on_step(step)
         return model._module
+
+    def step_seconds(self, lot: int, shape) -> float:
+        """One step's time on this machine, timed on a copy of the module and a lot of ``lot`` random inputs: ``lot`` is
+        q·ñ, so the estimate is post-processing of the noisy count (timing the real lots would time n). The copy's noise
+        comes from its own generator: the run's noise stream is not touched, and nothing is recorded."""
+        import copy
+
+        twin = DpSgd(copy.deepcopy(self.module), sigma=self.sigma, clip=self.clip, sampling_rate=self.sampling_rate, steps=1,
+                     count_sigma=self.count_sigma, lr=0.0, momentum=0.0, accountant=None, noise=torch.Generator().manual_seed(0))
+        model, opt, criterion = twin._engine(lot)
+        xb, yb = torch.randn(lot, *shape), torch.zeros(lot, dtype=torch.long)  # labels do not change the time
+
+        def step():
+            opt.zero_grad()
+            criterion(model(xb), yb).backward()
+            opt.step()
+
+        with _quiet_opacus():
+            step()  # warm-up
+            return median_seconds(step, at_least=0.5, at_most=5)
 
     def _engine(self, expected_batch_size: int):
         """(model, optimizer, loss): Opacus' ghost clipping (per-example gradient norms without materialising per-example
@@ -86,42 +112,61 @@ class DpSgd:
 
 
 def train_on_private(records, student_name: str, spec, *, minibatch: int, make_sgd: Callable[[torch.nn.Module], "DpSgd"],
-                     named: Callable[..., None], on_step: Optional[Callable[[int], None]] = None):
+                     named: Callable[..., None], on_step: Optional[Callable[[int], None]] = None,
+                     on_estimate: Optional[Callable[[float], None]] = None):
     """Open the private records, compute a fixed-feature student's features of each record (one record at a time in
     effect), run DP-SGD on them; returns (student, what was trained, the Opacus engine used). ``make_sgd`` builds the
-    ``DpSgd`` for the module to train; ``named`` names progress phases (no record counts)."""
+    ``DpSgd`` for the module to train; ``named`` names progress phases (no record counts). ``on_estimate`` receives the
+    seconds the features and the steps should take, timed on synthetic inputs sized by the noisy count ñ (drawn first,
+    so the estimate is post-processing of it: timing the real records would time n)."""
     named("reading the private data")
     private = records.open_records()
-    named("fixed features of the private records")
-    student, trainable, inputs, part = _trainable(student_name, spec, private.x, minibatch)
+    student, trainable, fixed, part = _trainable(student_name, spec)
     mech = make_sgd(trainable)
+    noisy_n = mech.noisy_count(len(private.x))
+    if on_estimate:
+        probe = torch.randn(minibatch, *spec.shape)
+        features = 0.0 if fixed is None else max(0.0, noisy_n) / minibatch * median_seconds(lambda: _features(fixed, probe), at_most=5)
+        on_estimate(features + mech.steps * mech.step_seconds(mech.expected_lot(noisy_n), _feature_shape(fixed, spec)))
+    named("fixed features of the private records")
+    inputs = private.x if fixed is None else _features(fixed, private.x, minibatch)
     named("DP-SGD steps", mech.steps, "steps")
     with phase("DP-SGD", items=mech.steps):
-        trained = mech.fit(inputs, private.y, on_step=on_step)
+        trained = mech.fit(inputs, private.y, on_step=on_step, noisy_n=noisy_n)
     _put_back(student, trained, part)
     return student, part, mech.engine
 
 
-def _trainable(name: str, spec, x, minibatch: int):
-    """(student, module DP-SGD trains, its inputs, description). A student with ``fixed_features`` (no weights) has them
-    computed once per record, one record at a time in effect (eval mode, no batch statistics); only its head is trained."""
-    import torch
-
+def _trainable(name: str, spec):
+    """(student, module DP-SGD trains, its fixed feature extractor or None, description). A student with
+    ``fixed_features`` (no weights) has only its head trained, on the features of each record."""
     from dpconvert.students import create_student
 
     student = create_student(name, spec)
     fixed = getattr(student, "fixed_features", None)
     if fixed is not None:
-        with phase("fixed features", items=len(x)), torch.no_grad():
-            feats = torch.cat([fixed.eval()(c) for c in x.split(minibatch)])
-        return student, student.head, feats, "head only (the fixed scattering transform has no weights)"
+        return student, student.head, fixed.eval(), "head only (the fixed scattering transform has no weights)"
     from opacus.validators import ModuleValidator
 
     student = ModuleValidator.fix(student)  # BatchNorm → GroupNorm: per-example gradients need per-example normalisation
     for m in student.modules():
         if hasattr(m, "inplace"):
             m.inplace = False
-    return student, student, x, "the whole student (BatchNorm replaced by GroupNorm)"
+    return student, student, None, "the whole student (BatchNorm replaced by GroupNorm)"
+
+
+@torch.no_grad()
+def _features(fixed, x: torch.Tensor, minibatch: Optional[int] = None) -> torch.Tensor:
+    """The fixed features of each record, a minibatch at a time (eval mode, no batch statistics: one record at a time
+    in effect)."""
+    if minibatch is None:
+        return fixed(x)
+    with phase("fixed features", items=len(x)):
+        return torch.cat([fixed(c) for c in x.split(minibatch)])
+
+
+def _feature_shape(fixed, spec) -> tuple:
+    return tuple(spec.shape) if fixed is None else tuple(_features(fixed, torch.zeros(1, *spec.shape)).shape[1:])
 
 
 def _put_back(student, trained, part: str) -> None:

@@ -129,8 +129,9 @@ class DpSgdMethod(Method):
 
         every = max(1, opts.steps // 100)
         on_step = (lambda s: s % every == 0 and on_progress({"kind": "steps", "done": every, "step": s, "steps": opts.steps})) if on_progress else None
+        on_estimate = (lambda s: on_progress({"kind": "estimate", "steps_seconds": s})) if on_progress else None
         student, part, engine = train_on_private(ctx.private, student_name, spec, minibatch=opts.minibatch, make_sgd=make_sgd, named=named,
-                                                 on_step=on_step)
+                                                 on_step=on_step, on_estimate=on_estimate)
         return MethodOutput(
             student=student.eval(), student_name=student_name, probe=noise_probe(spec, run),
             rounds=[], warnings=list(ctx.noise.warnings), accountant=accountant, delta=run.delta,
