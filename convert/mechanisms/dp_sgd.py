@@ -73,7 +73,8 @@ class DpSgd:
         twin = DpSgd(copy.deepcopy(self.module), sigma=self.sigma, clip=self.clip, sampling_rate=self.sampling_rate, steps=1,
                      count_sigma=self.count_sigma, lr=0.0, momentum=0.0, accountant=None, noise=torch.Generator().manual_seed(0))
         model, opt, criterion = twin._engine(lot)
-        xb, yb = torch.randn(lot, *shape), torch.zeros(lot, dtype=torch.long)  # labels do not change the time
+        xb = torch.randn(lot, *shape, generator=torch.Generator().manual_seed(0))  # its own stream: the run's are untouched
+        yb = torch.zeros(lot, dtype=torch.long)  # labels do not change the time
 
         def step():
             opt.zero_grad()
@@ -125,7 +126,7 @@ def train_on_private(records, student_name: str, spec, *, minibatch: int, make_s
     mech = make_sgd(trainable)
     noisy_n = mech.noisy_count(len(private.x))
     if on_estimate:
-        probe = torch.randn(minibatch, *spec.shape)
+        probe = torch.randn(minibatch, *spec.shape, generator=torch.Generator().manual_seed(0))  # not the global stream
         features = 0.0 if fixed is None else max(0.0, noisy_n) / minibatch * median_seconds(lambda: _features(fixed, probe), at_most=5)
         on_estimate(features + mech.steps * mech.step_seconds(mech.expected_lot(noisy_n), _feature_shape(fixed, spec)))
     named("fixed features of the private records")
