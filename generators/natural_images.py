@@ -104,7 +104,7 @@ class NaturalCropPrior(nn.Module):
         if mixed.any():
             x[mixed] = self._cutmix(x[mixed], self._crops(u[mixed, k: 2 * k]), u[mixed, 2 * k + 1:])
         if self.spec.channels == 1:
-            x = (x * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
+            x = _grey(x)
         elif self.spec.channels != 3:
             x = x.mean(1, keepdim=True).expand(-1, self.spec.channels, -1, -1)
         return (x.to(z.device) - self.mean) / self.std
@@ -151,17 +151,21 @@ class NaturalCropPrior(nn.Module):
         return torch.where(box, other, x)
 
 
+def _grey(x: torch.Tensor) -> torch.Tensor:
+    """Luma (ITU-R BT.601 weights), one channel."""
+    return (x * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
+
+
 def _jitter(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Brightness and contrast ×[0.6, 1.4], saturation ×[0.4, 1.6], hue rotated by up to ±36°, grey with p = 0.1."""
     view = (-1, 1, 1, 1)
     x = x * (0.6 + 0.8 * u[:, 0]).view(view)
-    grey = (x * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
-    x = grey.mean((2, 3), keepdim=True) + (x - grey.mean((2, 3), keepdim=True)) * (0.6 + 0.8 * u[:, 1]).view(view)
-    grey = (x * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
+    level = _grey(x).mean((2, 3), keepdim=True)
+    x = level + (x - level) * (0.6 + 0.8 * u[:, 1]).view(view)
+    grey = _grey(x)
     x = grey + (x - grey) * (0.4 + 1.2 * u[:, 2]).view(view)
     x = _rotate_hue(x, (u[:, 3] * 2 - 1) * math.pi / 5)
-    grey = (x * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
-    x = torch.where((u[:, 4] < 0.1).view(view), grey.expand_as(x), x)
+    x = torch.where((u[:, 4] < 0.1).view(view), _grey(x).expand_as(x), x)
     return x.clamp(0, 1)
 
 

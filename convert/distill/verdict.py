@@ -44,8 +44,7 @@ class Verdict:
         return asdict(self)
 
 
-def judge(class_counts: list[int], *, sigma: float, answers_per_target: float, num_classes: Optional[int] = None,
-          gpu_hint: Optional[str] = None) -> Verdict:
+def judge(class_counts: list[int], *, sigma: float, answers_per_target: float, num_classes: Optional[int] = None) -> Verdict:
     """The verdict for a student whose top classes on fresh data-free queries were ``class_counts`` (one count per class)."""
     k = num_classes or len(class_counts)
     n = sum(class_counts)
@@ -56,14 +55,14 @@ def judge(class_counts: list[int], *, sigma: float, answers_per_target: float, n
     if weak:
         note = (f"expect a weak student: its answers on fresh queries cover {covered} of {k} classes ({largest:.0%} in one), "
                 "so the queries rarely showed the teacher the rest; give unlabelled in-domain images with `public_data` or "
-                "another `prior`" + (f", or {gpu_hint}" if gpu_hint else ""))
+                "another `prior`")
     else:
         note = (f"the student's answers on fresh queries cover {covered} of {k} classes (largest {largest:.0%}): no sign of a "
                 "weak student; only real images can show a good one (`eval_data`)")
     return Verdict(covered, k, round(largest, 4), n, round(answers_per_target, 2), round(nsr, 4), weak, note)
 
 
-def student_verdict(job, sigma: float, gpu_hint: Optional[str] = None) -> Verdict:
+def student_verdict(job, sigma: float) -> Verdict:
     """:func:`judge` for a finished DPDFD engine ``job``: its student on fresh draws of its own data-free query source
     (the query stream is left as it was), and the released rows averaged into each of its targets."""
     import torch
@@ -84,4 +83,4 @@ def student_verdict(job, sigma: float, gpu_hint: Optional[str] = None) -> Verdic
     counts = torch.bincount(top, minlength=k).tolist()
     targets = job.source_targets
     per_target = float(targets.counts[targets.counts > 0].float().mean()) if targets is not None and bool((targets.counts > 0).any()) else 1.0
-    return judge(counts, sigma=sigma, answers_per_target=per_target, num_classes=k, gpu_hint=gpu_hint)
+    return judge(counts, sigma=sigma, answers_per_target=per_target, num_classes=k)
