@@ -74,11 +74,11 @@ def convert(teacher: str | Sequence[str], *, out: str | Path, method: str = "aut
     return result
 
 
-def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[float] = None, noise_multiplier: Optional[float] = None,
+def plan(method: Optional[str] = None, *, eps: Optional[float] = None, delta: Optional[float] = None, noise_multiplier: Optional[float] = None,
          n: Optional[int] = None, input_size: tuple[int, int, int] = (1, 28, 28), num_classes: int = 10, queries: Optional[int] = None,
          answered: Optional[int] = None, device: str = "cpu", teacher_card: Optional[str] = None, private_data_is_not_teacher_data: bool = False,
          **method_options) -> dict:
-    """The privacy plan of a conversion: σ for a target ε (or ε for a given σ), ε by every accountant, the record-level
+    """The privacy plan of a conversion (``method``: a registered method's name; None: the data-free one): σ for a target ε (or ε for a given σ), ε by every accountant, the record-level
     worst case — computed by the same method object ``convert`` runs, so the plan is the run's.
 
     ``method_options`` are the method's own options, as ``convert`` takes them (``DpdfdOptions``: releases,
@@ -92,27 +92,18 @@ def plan(method: str = "dpdfd", *, eps: Optional[float] = None, delta: Optional[
     (``teacher_records``: its guarantee, composed with this run's where the run reads private records itself, unless
     ``private_data_is_not_teacher_data``), as the card of the conversion will.
     """
-    from .accounting.planning import check_delta
     from .errors import DpconvertError
     from .io.spec import InputSpec
-    from .methods import METHODS
+    from .methods import DATA_FREE_METHOD, METHODS
 
+    method = method or DATA_FREE_METHOD
     m = METHODS.get(method)
     if noise_multiplier is not None and not m.takes_noise_multiplier:
         raise DpconvertError(f"`noise_multiplier` is the σ of DPDFD and DP-SGD; method {method} takes its own noise options: give `eps` instead")
     run = RunOptions(method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, device=device)
     opts = m.options(method_options)
     result = m.plan(run, opts, InputSpec(*input_size, num_classes), queries=queries)
-    if method == "pknn" and (answered is not None or n is not None):
-        from .accounting.planning import plan_pknn
-
-        total = result["queries_asked"]
-        realised = plan_pknn(eps=None, delta=result["delta"], k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1,
-                             threshold=opts.threshold_value, sigma2=result["sigma2"], num_classes=num_classes, queries=total,
-                             answered=total if answered is None else answered, n=n)
-        result = {**realised, "calibrated": result["calibrated"], "target_epsilon": result["target_epsilon"]}
-    elif n is not None:
-        check_delta(result["delta"], n)
+    result = m.realised_plan(result, opts, num_classes, answered, n)
     if teacher_card is not None:
         from .auditing.card_checks import verify_teacher_card
         from .auditing.teacher_guarantee import planned_records

@@ -296,11 +296,13 @@ def test_only_the_card_blocks_module_writes_a_guarantee_or_accounting_block():
     assert written_elsewhere == []
 
 
-def test_the_pipeline_names_no_method():
-    """The pipeline asks a method what it can do (``Method.noise_free``, ``several_teachers``, ``describe_choice``,
-    ``reads_private_records``) instead of branching on its name ("One place per concept, round 3")."""
+@pytest.mark.parametrize("module", ["pipeline.py", "api.py"])
+def test_the_pipeline_and_the_api_name_no_method(module):
+    """The pipeline and the Python API ask a method what it can do (``Method.noise_free``, ``several_teachers``,
+    ``describe_choice``, ``reads_private_records``, ``realised_plan``) instead of branching on its name ("One place
+    per concept, round 3")."""
     from dpconvert.methods import METHODS
 
-    text = (ROOT / "convert" / "pipeline.py").read_text()
+    text = (ROOT / "convert" / module).read_text()
     literals = {n.value for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     assert not literals & (set(METHODS.names()) | {"dpgan"})

@@ -12,11 +12,12 @@ from dpconvert.errors import OptionError
 from . import adlm, dpdfd, dpsgd, pknn  # noqa: F401  (register the methods)
 from .base import METHODS, NOT_COVERED, Method, MethodOutput
 
-__all__ = ["METHODS", "METHOD_ORDER", "NOT_COVERED", "Method", "MethodOutput", "choose_method"]
+__all__ = ["DATA_FREE_METHOD", "METHODS", "METHOD_ORDER", "NOT_COVERED", "Method", "MethodOutput", "choose_method"]
 
 # how help and docs present the methods: the data-free one the product is named for, then the record-level ones by
 # what they need (private data + queries, private labels); a test keeps it equal to the registry
 METHOD_ORDER = ("dpdfd", "pknn", "dpsgd", "adlm")
+DATA_FREE_METHOD = METHOD_ORDER[0]  # what runs without private data, and what `dpconvert.plan` plans when no method is named
 
 
 def choose_method(run) -> tuple[str, str]:

@@ -86,6 +86,18 @@ class Method(ABC):
         noise), ε by each accountant. ``dpconvert.plan`` calls the same method, so the plan is the run's. ``queries``:
         how many queries a query-labelling method will answer (the public images' count; None: its default)."""
 
+    def realised_plan(self, plan: dict, opts, num_classes: int, answered: Optional[int], n: Optional[int]) -> dict:
+        """The plan as ``dpconvert.plan`` reports it when the caller knows more than the run's defaults: ``n``, the
+        private-set size (δ ≤ 1/n is checked); ``answered``, how many queries pass a screening (for methods that
+        screen; others refuse it)."""
+        from dpconvert.accounting.planning import check_delta
+
+        if answered is not None:
+            raise OptionError(f"`answered` is for methods that screen their queries; method {self.name} answers every query: drop `answered`")
+        if n is not None:
+            check_delta(plan["delta"], n)
+        return plan
+
     @abstractmethod
     def run(self, ctx, opts, teacher, on_plan: Callback = None, on_progress: Callback = None) -> MethodOutput:
         """Plan (report it through ``on_plan`` before any private data is touched), run the mechanism, describe it.

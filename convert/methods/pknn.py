@@ -123,6 +123,18 @@ class PrivateKnn(Method):
         raise DpconvertError(f"`query_generator` {source}: its cost is known once it has run; convert prints the composed plan "
                              "before any label is released (or plan the labels alone with `public_data`-sized `queries`)")
 
+    def realised_plan(self, plan: dict, opts: PknnOptions, num_classes: int, answered: Optional[int], n: Optional[int]) -> dict:
+        """ε when only ``answered`` of the queries pass the screening (σ2 is calibrated for all of them), δ ≤ 1/n checked."""
+        if answered is None and n is None:
+            return plan
+        from dpconvert.accounting.planning import plan_pknn
+
+        total = plan["queries_asked"]
+        realised = plan_pknn(eps=None, delta=plan["delta"], k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1,
+                             threshold=opts.threshold_value, sigma2=plan["sigma2"], num_classes=num_classes, queries=total,
+                             answered=total if answered is None else answered, n=n)
+        return {**realised, "calibrated": plan["calibrated"], "target_epsilon": plan["target_epsilon"]}
+
     @staticmethod
     def _check_sigma2(opts: PknnOptions, plan: dict, eps_labels: float) -> dict:
         if opts.sigma2 is not None and plan["epsilon"] > eps_labels:
