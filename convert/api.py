@@ -34,9 +34,10 @@ def convert(teacher: str | Sequence[str], *, out: str | Path, method: str = "aut
     ``disjoint_partitions`` N, teachers trained on disjoint parts of the private data, ``eps`` is record-level); ``loader``: a
     ``LoadOptions`` for files that need an architecture, class count or input spec. ``eps`` and ``noise_multiplier``
     are exclusive (neither: ε = 1). ``method``: ``auto`` (DP-SGD with ``private_data``, DPDFD otherwise),
-    ``dpdfd`` or ``pknn``; ``method_options`` are that method's options (``DpdfdOptions``: releases, batch_size, clip,
-    epochs, distill_loss, generator, prior, prior_pool, public_targets, save_generator; ``PknnOptions``: k, sampling_rate, sigma1,
-    threshold, sigma2, rounds, queries, features, epochs, labels, knn, canaries, query_generator, generator_eps, …).
+    or any name in ``dpconvert.methods.METHODS``; ``method_options`` are that method's options (``DpdfdOptions``: releases,
+    batch_size, clip, epochs, distill_loss, generator, prior, prior_pool, public_targets, save_generator; ``PknnOptions``: k,
+    sampling_rate, sigma1, threshold, sigma2, rounds, queries, features, epochs, labels, knn, canaries, query_generator,
+    generator_eps, …; ``DpsgdOptions``; ``AdlmOptions``).
 
     Under ``torchrun`` every process calls this; they form one conversion (``distributed.py``) and only rank 0 writes
     and returns the result (the others return None).

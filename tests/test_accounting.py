@@ -202,6 +202,7 @@ def test_plan_cli_pknn(cli):
 @pytest.mark.parametrize("args,needle,exit_code", [  # 2: a malformed option (usage); 1: a plan that cannot hold
     (["--eps", "0"], "--eps", 2), (["--eps", "1", "--delta", "1"], "--delta", 2), (["--eps", "1", "--steps", "0"], "--steps", 1),
     (["--eps", "1", "--delta", "1e-4", "--n", "60000"], "1/n", 1), (["--method", "pate", "--eps", "1"], "adlm, dpdfd, dpsgd, pknn", 2),
+    (["--eps", "1", "--answered", "10"], "--answered", 2),  # only a screening method answers fewer queries than it asks
 ])
 def test_plan_cli_bad(cli, args, needle, exit_code):
     code, _, err = cli("plan", *args)

@@ -37,7 +37,9 @@ class MethodOutput:
 
 
 class Method(ABC):
-    """One file per method: its options, its checks, its run, and the card blocks describing what ran."""
+    """A method: its options, its checks, its plan and run, and the claims describing what ran (its module, with an
+    ``_options`` module when the options are large; its accountant and card checks are registered beside the others:
+    docs/methods.md, "Adding a method")."""
 
     name: ClassVar[str]
     Options: ClassVar[type]
