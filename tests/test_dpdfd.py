@@ -465,6 +465,7 @@ def test_fixed_prior_images_are_data_free_per_image_targets(tmp_path):
     card = json.loads(r.card_json.read_text())
     m = card["mechanism"]
     assert m["config"]["student_data"] == "sources" and "100 fixed images" in m["query_source"] and m["query_source"].endswith("data-free")
+    assert m["config"]["denoise"] == "none"  # prior images' targets are used as released (DATA_FREE_DENOISE)
     assert "public_images" not in m and "per_image_epsilon" not in card["guarantee"]
     assert card["guarantee"]["epsilon"] == pytest.approx(1.0)
     assert [a.passed for a in dpconvert.audit([str(r.out)])] == [True]
@@ -486,6 +487,7 @@ def test_public_images_mixed_with_fixed_prior_images(tmp_path):
     card = json.loads(r.card_json.read_text())
     m = card["mechanism"]
     assert "mixed with 200 fixed images of the data-free prior" in m["query_source"] and m["config"]["student_data"] == "sources"
+    assert m["config"]["denoise"] == "bayes"  # public images keep the empirical-Bayes denoiser
     assert m["public_images"]["images"] == public and m["public_images"]["images_queried"] <= public
     assert m["public_images"]["max_rows_per_image"] < 4000 * 2 / (public + 200) + 20  # prior images' rows not counted as public
     assert "per_image_epsilon" in card["guarantee"]

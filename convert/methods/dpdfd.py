@@ -19,7 +19,7 @@ from dpconvert.errors import DpconvertError
 from dpconvert.accounting.statements import NO_NOISE_WARNING, NOT_COVERED_GAN_QUERIES, NOT_COVERED_PUBLIC_IMAGES
 
 from .dpdfd_options import (
-    PUBLIC_TARGETS, PER_IMAGE_BATCH, DpdfdOptions, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
+    DATA_FREE_DENOISE, PUBLIC_TARGETS, PER_IMAGE_BATCH, DpdfdOptions, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
     draw_prior_images, fixed_prior_images, device_kind, default_batch_size, default_epochs, default_student_lr,
     default_minibatch, check_prior_name, check_generator_path, distinct_answers_warning, GAN_QUERIES, gan_images,
 )
@@ -323,6 +323,8 @@ class Dpdfd(Method):
         if opts.new_sources_per_release and settings["student_data"] != "sources":  # before any release
             raise DpconvertError("`new_sources_per_release` picks the images of per-image targets: give `public_data` or `prior_images`, "
                                  "or drop it")
+        if settings["student_data"] == "sources" and not run.public_data and opts.generator != GAN_QUERIES:
+            settings["denoise"] = DATA_FREE_DENOISE
         if settings["student_data"] == "sources" and opts.epochs:  # per-image targets: epochs over the queried images
             settings["student_samples"] = opts.epochs * prior.num_bases
         return DpdfdConfig(**settings)
