@@ -5,7 +5,8 @@
 
 Writes ``fmnist_cnn.safetensors`` (wide_cnn, input spec in the metadata) and
 ``fmnist_resnet18.safetensors`` (timm resnet18, in_chans=1) and prints their
-test accuracy. Non-private training: these are the teachers DPDFD protects.
+test accuracy; ``--which cnn2`` writes ``fmnist_cnn2.safetensors`` (datalens_cnn, seed 1: the held-out teacher
+that no data-free default is chosen on). Non-private training: these are the teachers DPDFD protects.
 
 ``--which resnet34`` trains a timm ``resnet34`` (BatchNorm, ImageNet-style stem, 3 channels) on Fashion-MNIST
 upsampled to RGB at 3×64×64 with ImageNet's mean/std (``fmnist_resnet34_64.safetensors``); ``--which resnet34_224``
@@ -89,8 +90,9 @@ def main() -> None:
             continue
         train_ds = load_data(f"{args.data}:train", SPEC, require_labels=True)
         test_ds = load_data(f"{args.data}:test", SPEC, require_labels=True)
-        arch, lr = {"cnn": ("wide_cnn", 3e-3), "resnet18": ("timm:resnet18", 2e-3)}[which]
-        model, acc = train(arch, train_ds, test_ds, args.epochs, lr)
+        # cnn2: a second teacher of another architecture and seed that no data-free default was tuned on
+        arch, lr, seed = {"cnn": ("wide_cnn", 3e-3, 0), "cnn2": ("datalens_cnn", 3e-3, 1), "resnet18": ("timm:resnet18", 2e-3, 0)}[which]
+        model, acc = train(arch, train_ds, test_ds, args.epochs, lr, seed=seed)
         meta = {"dpconvert.arch": arch, "dpconvert.input_spec": json.dumps(SPEC.to_dict()), "dpconvert.test_accuracy": f"{acc:.4f}"}
         path = out / f"fmnist_{which}.safetensors"
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path), metadata=meta)

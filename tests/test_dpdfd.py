@@ -265,6 +265,19 @@ def test_centred_prior_is_an_object_on_a_dark_background():
     assert torch.allclose(inside[..., 14, 14], (plain(z[:, : plain.nz]) * plain.std + plain.mean)[..., 14, 14], atol=0.01)
 
 
+def test_mirrored_prior_makes_half_of_the_centred_samples_symmetric():
+    """mirrored_fields: the centred prior with one more latent that makes about half the samples left–right symmetric;
+    the others are the centred prior's samples of the same latents."""
+    spec = InputSpec(1, 28, 28, 10)
+    centred, mirrored = create_generator("centred_fields", spec), create_generator("mirrored_fields", spec)
+    z = torch.randn(400, mirrored.nz, generator=torch.Generator().manual_seed(0))
+    x = mirrored(z)
+    symmetric = (x - x.flip(3)).flatten(1).abs().amax(1) < 1e-5
+    assert mirrored.nz == centred.nz + 1 and 0.4 < symmetric.float().mean() < 0.6
+    assert torch.allclose(x[~symmetric], centred(z[:, : centred.nz])[~symmetric], atol=1e-6)
+    assert not (centred(z[:, : centred.nz]) - centred(z[:, : centred.nz]).flip(3)).flatten(1).abs().amax(1).lt(1e-5).any()
+
+
 def test_default_prior_follows_the_input_size():
     from dpconvert.generators import PRIORS, default_prior_name
 
@@ -521,3 +534,17 @@ def test_fixed_prior_images_are_the_default_for_28x28_inputs_only():
     assert prior_images(public, DpdfdOptions(), fmnist) == 0
     assert prior_images(plain, DpdfdOptions(generator="dafl"), fmnist) == 0
     assert prior_images(plain, DpdfdOptions(public_targets="rows"), fmnist) == 0
+
+
+def test_a_conversion_checks_its_options_once(tmp_path, monkeypatch):
+    """The pipeline calls the method's ``check`` before loading the teacher; ``run`` does not repeat it ("One place
+    per concept, round 3")."""
+    import dpconvert
+    from dpconvert.methods import METHODS
+
+    method = METHODS.get("dpdfd")
+    calls = []
+    original = type(method).check
+    monkeypatch.setattr(type(method), "check", lambda self, *a, **k: calls.append(a) or original(self, *a, **k))
+    dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", eps=1, batch_size=2000, epochs=1)
+    assert len(calls) == 1

@@ -15,6 +15,7 @@ from .flags import as_flags
 def print_plan(result: dict, to=None) -> None:
     from rich.table import Table
 
+    from dpconvert.methods import METHODS
     from dpconvert.zoo_cards.figures import eps_text, meaningful
 
     to = to or out
@@ -22,20 +23,7 @@ def print_plan(result: dict, to=None) -> None:
     table = Table(title=f"privacy plan ({result['method']}, scope {result['scope']}, δ={result['delta']:g})")
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    if "rows" in result:  # a method that describes its own mechanism rows
-        rows = list(result["rows"])
-    elif result["method"] == "dpdfd":
-        sig = f"{result['sigma']:.4f}" + (" (calibrated)" if result["calibrated"] else "")
-        rows = [("noise multiplier σ", sig), ("noisy releases T", str(result["steps"])), ("batch size B", str(result["batch_size"]))]
-        if "teachers" in result:  # several teachers on disjoint partitions
-            rows.append(("teachers n (disjoint partitions)", str(result["teachers"])))
-        if "queries_record_level_epsilon" in result:  # `generator` dpgan: the GAN's own record-level scope
-            rows += [("DP-critic GAN σ", f"{result['gan_sigma']:.4f}"), ("GAN samples queried", str(result["gan_images"])),
-                     ("queries' record-level ε", eps_text(result["queries_record_level_epsilon"]))]
-    else:
-        sig = f"{result['sigma2']:.4f}" + (" (calibrated)" if result["calibrated"] else "")
-        rows = [("k", str(result["k"])), ("sampling rate γ", f"{result['sampling_rate']:g}"), ("σ1 (screening)", f"{result['sigma1']:g}"),
-                ("threshold", f"{result['threshold']:g}"), ("σ2 (argmax)", sig), ("queries asked / answered", f"{result['queries_asked']} / {result['queries_answered']}")]
+    rows = METHODS.get(result["method"]).plan_rows(result)  # the method's mechanism rows, then the ε rows
     for name, value in result["accountants"].items():
         rows.append((f"ε ({name})", eps_text(value)))
     rows.append(("ε reported", eps_text(result["epsilon"])))
@@ -101,10 +89,8 @@ class ProgressReporter:
         if console.QUIET:
             return
         print_plan(plan, self.console)
-        if "progress" in plan:
-            self._start(plan["progress"]["label"], plan["progress"]["total"], "steps")
-        elif plan["method"] == "pknn":  # Private-kNN: screening every query + the argmax of the answered ones
-            self._start("Private-kNN votes", 2 * plan["queries_asked"], "votes")
+        if "progress" in plan:  # a method whose run is one bar says so in its plan (label, total, unit)
+            self._start(plan["progress"]["label"], plan["progress"]["total"], plan["progress"].get("unit", "steps"))
 
     # ------------------------------------------------------------ one bar per phase
     def _start(self, name: str, total: int, unit: str) -> None:

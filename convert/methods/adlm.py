@@ -97,8 +97,7 @@ class AdaptiveLaplaceMethod(Method):
         from dpconvert.mechanisms.adlm import AdaptiveLaplace
         from dpconvert.students.scatternet import PrototypeStudent
 
-        run = ctx.run
-        self.check(run, opts)
+        run = ctx.run  # the pipeline checked run and opts before loading anything (Method.check)
         spec = teacher.spec
         plan = self.plan(run, opts, spec)
         eps1, eps2 = plan["epsilon_relevance"], plan["epsilon_coefficients"]

@@ -74,8 +74,9 @@ class Method(ABC):
             raise OptionError(f"`{unknown[0]}` is not an option of method {self.name!r}{owned}; {fix}", fix=fix)
         return from_flat(self.Options, values)[0]
 
-    def check(self, run, opts) -> None:
-        """Checks that combine the run's options with the method's, before anything is loaded."""
+    def check(self, run, opts, out=None) -> None:
+        """Checks that combine the run's options with the method's (and the output path ``out``), before anything is
+        loaded. The pipeline calls it once, before the teacher is loaded; ``run`` does not repeat it."""
 
     def reads_private_records(self, opts) -> bool:
         """Whether this method, with these options, reads the private records itself (then a DP teacher's guarantee
@@ -87,6 +88,11 @@ class Method(ABC):
         """The privacy plan ``run`` calls before anything private is read: the noise for the target ε (or ε for the given
         noise), ε by each accountant. ``dpconvert.plan`` calls the same method, so the plan is the run's. ``queries``:
         how many queries a query-labelling method will answer (the public images' count; None: its default)."""
+
+    def plan_rows(self, plan: dict) -> list:
+        """The plan table's mechanism rows, (quantity, value) pairs, that the CLI prints above the ε rows; a plan may
+        carry them itself as ``rows``."""
+        return list(plan.get("rows", []))
 
     def realised_plan(self, plan: dict, opts, num_classes: int, answered: Optional[int], n: Optional[int]) -> dict:
         """The plan as ``dpconvert.plan`` reports it when the caller knows more than the run's defaults: ``n``, the

@@ -140,6 +140,18 @@ class Dpdfd(Method):
                 "queries_record_level_epsilon": acc.queries_record_level_epsilon(delta=plan["delta"]),
                 "gan_sigma": acc.parts()[1].events[0].params["sigma"], "gan_images": gan_images(opts)}
 
+    def plan_rows(self, plan: dict) -> list:
+        from dpconvert.zoo_cards.figures import eps_text
+
+        sig = f"{plan['sigma']:.4f}" + (" (calibrated)" if plan["calibrated"] else "")
+        rows = [("noise multiplier σ", sig), ("noisy releases T", str(plan["steps"])), ("batch size B", str(plan["batch_size"]))]
+        if "teachers" in plan:  # several teachers on disjoint partitions
+            rows.append(("teachers n (disjoint partitions)", str(plan["teachers"])))
+        if "queries_record_level_epsilon" in plan:  # `generator` dpgan: the GAN's own record-level scope
+            rows += [("DP-critic GAN σ", f"{plan['gan_sigma']:.4f}"), ("GAN samples queried", str(plan["gan_images"])),
+                     ("queries' record-level ε", eps_text(plan["queries_record_level_epsilon"]))]
+        return rows
+
     @staticmethod
     def _gan_epsilon(run, opts: DpdfdOptions) -> float:
         return opts.generator_eps if opts.generator_eps is not None else run.eps
@@ -151,8 +163,7 @@ class Dpdfd(Method):
         from dpconvert.mechanisms.dpdfd import Dpdfd as Engine
         from dpconvert.mechanisms.teacher_checks import PROBE_SIZE, check_teacher
 
-        run = ctx.run
-        self.check(run, opts)
+        run = ctx.run  # the pipeline checked run and opts before loading anything (Method.check)
         teachers = len(getattr(teacher, "members", None) or [teacher])
         if opts.disjoint_partitions is not None and opts.disjoint_partitions != teachers:
             raise DpconvertError(f"`disjoint_partitions` says {opts.disjoint_partitions} teachers on disjoint partitions but {teachers} "

@@ -108,8 +108,7 @@ class DpSgdMethod(Method):
         from dpconvert.accounting import DpsgdAccountant
         from dpconvert.mechanisms.dp_sgd import DpSgd, train_on_private
 
-        run = ctx.run
-        self.check(run, opts)
+        run = ctx.run  # the pipeline checked run and opts before loading anything (Method.check)
         spec = teacher.spec
         plan = self.plan(run, opts)  # before any private record is read
         if on_plan:

@@ -123,6 +123,12 @@ class PrivateKnn(Method):
         raise DpconvertError(f"`query_generator` {source}: its cost is known once it has run; convert prints the composed plan "
                              "before any label is released (or plan the labels alone with `public_data`-sized `queries`)")
 
+    def plan_rows(self, plan: dict) -> list:
+        sig = f"{plan['sigma2']:.4f}" + (" (calibrated)" if plan["calibrated"] else "")
+        return [("k", str(plan["k"])), ("sampling rate γ", f"{plan['sampling_rate']:g}"), ("σ1 (screening)", f"{plan['sigma1']:g}"),
+                ("threshold", f"{plan['threshold']:g}"), ("σ2 (argmax)", sig),
+                ("queries asked / answered", f"{plan['queries_asked']} / {plan['queries_answered']}")]
+
     def realised_plan(self, plan: dict, opts: PknnOptions, num_classes: int, answered: Optional[int], n: Optional[int]) -> dict:
         """ε when only ``answered`` of the queries pass the screening (σ2 is calibrated for all of them), δ ≤ 1/n checked."""
         if answered is None and n is None:
@@ -153,8 +159,7 @@ class PrivateKnn(Method):
 
         from dpconvert.mechanisms.private_knn import PrivateKnnRounds
 
-        run = ctx.run
-        self.check(run, opts)
+        run = ctx.run  # the pipeline checked run and opts before loading anything (Method.check)
         spec = teacher.spec
         release = PrivateKnnRounds(ctx.private, ctx.world)  # read first: a bad private set fails before the queries' work
         _local_notes(release.num_records, opts, run.delta)  # n may reach the operator's console, never the card or an abort
@@ -165,8 +170,8 @@ class PrivateKnn(Method):
         if total_q < opts.rounds:
             raise DpconvertError(f"only {total_q} queries for {opts.rounds} rounds; give more `queries` or fewer `rounds`")
         accountant, plan = self._budget(run, opts, source, spec.num_classes, total_q)
-        if on_plan:
-            on_plan(plan)
+        if on_plan:  # the vote bar: the screening of every query, then the argmax of the answered ones
+            on_plan({**plan, "progress": {"label": "Private-kNN votes", "total": 2 * plan["queries_asked"], "unit": "votes"}})
         torch.manual_seed(run.seed)
         warnings = list(ctx.noise.warnings)
         train_rng = ctx.stream("training")

@@ -130,7 +130,9 @@ def _train(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     relay = relay if on_progress else None
     from dpconvert.context import RunContext
 
-    dpdfd = METHODS.get("dpdfd").run(RunContext.build(sub_run, teacher.spec, ctx.world), sub_opts, teacher, None, relay)
+    generator_method = METHODS.get("dpdfd")
+    generator_method.check(sub_run, sub_opts)  # a run inside the run: the pipeline checked only the outer one
+    dpdfd = generator_method.run(RunContext.build(sub_run, teacher.spec, ctx.world), sub_opts, teacher, None, relay)
     spent = check_spent(dpdfd.accountant, delta=dpdfd.delta, target=sub_run.eps)  # the generator's run bypasses the pipeline's check
     cost = GeneratorCost(dpdfd.accountant.state_dict(), "query", teacher.sha256, spent, dpdfd.delta,
                          {k: dpdfd.mechanism[k] for k in COST_MECHANISM_KEYS})

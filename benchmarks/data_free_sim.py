@@ -1,0 +1,167 @@
+"""Design simulation for data-free per-image targets: which prior, how many images, which post-processing.
+
+A default conversion answers R rows about N fixed prior images (R/N views each) and trains the student on the
+per-image means of the released rows. The mean of m released rows is the clean mean plus Gaussian noise of variance
+(γ·σ·C)²/m per entry, so a variant can be scored without answering R rows: the clean per-image targets are the means
+over ``--clean-views`` answered views (cached per teacher, prior, N and seed), the release's noise is added for
+m = R/N, and the product's own denoiser, student trainer and logit adjustment run on them. The only difference from
+a real run: the clean mean is over fewer views (a little extra variance, so the simulation errs low). Variants:
+
+* ``--prior``: any registered data-free prior (e.g. ``centred_fields``, ``mirrored_fields``);
+* ``--images``: N (several, comma-separated); ``--rows``: R;
+* ``--pool K``: noise pooled across images (post-processing): a first student trained on the denoised targets, each
+  target then averaged with its K nearest neighbours in that student's penultimate features, and a second student
+  trained on the pooled targets;
+* ``--logit-adjust both``: with and without the logit adjustment.
+
+    python benchmarks/data_free_sim.py --teacher benchmarks/runs/fmnist_cnn.safetensors \
+        --eval-data benchmarks/runs/fmnist_eval_last5k.npz --images 2500,10000 --eps 1,inf --seeds 0,1,2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+
+def clean_targets(teacher, prior_name: str, spec, n: int, views: int, seed: int, cache: Path):
+    """(fixed prior images, their clean per-image targets γ·mean of the normalised rows over ``views`` views)."""
+    from dpconvert.distill.config import DpdfdConfig
+    from dpconvert.generators import create_generator
+    from dpconvert.generators.public_images import PublicImageSource
+    from dpconvert.seeds import stream
+
+    path = cache / f"{Path(teacher.source).stem}_{prior_name}_{n}_{views}_{seed}.pt"
+    base = create_generator(prior_name, spec)
+    z = torch.randn(n, base.nz, generator=stream("prior_images", seed))
+    with torch.no_grad():
+        images = torch.cat([base(c) for c in z.split(4096)])
+    source = PublicImageSource(images, mix_prob=0.0, public=False)
+    if path.exists():
+        return source, torch.load(path)
+    g = torch.Generator().manual_seed(seed + 77)
+    sums = torch.zeros(n, spec.num_classes)
+    with torch.inference_mode():
+        for _ in range(views):
+            for idx in torch.arange(n).split(1024):
+                t = teacher(source.augment(idx, torch.randn(len(idx), source.nz, generator=g))).float()
+                t = t - t.mean(1, keepdim=True)
+                sums[idx] += t / t.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    clean = DpdfdConfig.target_step * sums / views
+    torch.save(clean, path)
+    return source, clean
+
+
+def train(spec, source, idx, targets, cfg, student_name: str):
+    from dpconvert.distill.models import StudentModel, batched
+    from dpconvert.distill.progress import Progress
+    from dpconvert.distill.student_training import StudentTrainer, adjust_for_query_prior
+    from dpconvert.distributed import World
+    from dpconvert.students import create_student
+
+    torch.manual_seed(cfg.seed)
+    student = StudentModel(create_student(student_name, spec), "cpu", None, World())
+    trainer = StudentTrainer(cfg, student, torch.Generator().manual_seed(cfg.seed + 5), World(), Progress())
+    trainer.on_sources(idx, targets, source.augment, source.nz, "sim")
+    student.module.eval()
+    shift = adjust_for_query_prior(student, lambda: batched(student, source.base_images(idx), 1024)) if cfg.logit_adjust else None
+    return student, shift
+
+
+@torch.no_grad()
+def accuracy(student, data, shift=None) -> tuple[float, float]:
+    logits = torch.cat([student(x) for x in data.x.split(1000)])
+    plain = logits + shift if shift is not None else logits  # the student before its logit adjustment
+    return (float((logits.argmax(1) == data.y).float().mean()), float((plain.argmax(1) == data.y).float().mean()))
+
+
+@torch.no_grad()
+def pooled(student, source, idx, targets, k: int) -> torch.Tensor:
+    """Each target averaged with its k nearest neighbours (cosine) in the student's penultimate features."""
+    from dpconvert.distill.models import classifier
+
+    feats = []
+    head = classifier(student.module)
+    hook = head.register_forward_hook(lambda m, i, o: feats.append(i[0].detach()))
+    for c in idx.split(1024):
+        student(source.base_images(c))
+    hook.remove()
+    f = F.normalize(torch.cat(feats), dim=1)
+    out = torch.empty_like(targets)
+    for s in torch.arange(len(f)).split(2048):
+        near = (f[s] @ f.T).topk(k, dim=1).indices
+        out[s] = targets[near].mean(1)
+    return out
+
+
+def main() -> None:
+    from dpconvert.accounting.calibrate import dpdfd_sigma
+    from dpconvert.distill.config import DpdfdConfig
+    from dpconvert.io.data import load_data
+    from dpconvert.io.teachers import load_teacher
+    from dpconvert.mechanisms.source_targets import DENOISERS
+    from dpconvert.students import default_student_name
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--teacher", required=True)
+    p.add_argument("--eval-data", required=True)
+    p.add_argument("--prior", default="centred_fields")
+    p.add_argument("--images", default="2500")
+    p.add_argument("--rows", type=float, default=1e6)
+    p.add_argument("--clean-views", type=int, default=16)
+    p.add_argument("--eps", default="1")
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--pool", type=int, default=0)
+    p.add_argument("--logit-adjust", choices=("on", "off", "both"), default="on")
+    p.add_argument("--student-samples", type=int, default=DpdfdConfig.student_samples)
+    p.add_argument("--denoise", default="bayes")
+    p.add_argument("--cache", default="/tmp/data_free_sim")
+    p.add_argument("--json")
+    a = p.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    cache = Path(a.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    teacher = load_teacher(a.teacher)
+    spec = teacher.spec
+    data = load_data(a.eval_data, spec, require_labels=True)
+    adjust = {"on": [True], "off": [False], "both": [True, False]}[a.logit_adjust]
+    for seed in map(int, a.seeds.split(",")):
+        for n in map(int, a.images.split(",")):
+            t0 = time.time()
+            source, clean = clean_targets(teacher, a.prior, spec, n, a.clean_views, seed, cache)
+            t_clean = time.time() - t0
+            for eps in a.eps.split(","):
+                sigma = 0.0 if eps == "inf" else dpdfd_sigma(eps=float(eps), delta=1e-5, steps=1)
+                var = (DpdfdConfig.target_step * sigma) ** 2 * n / a.rows
+                g = torch.Generator().manual_seed(seed + 1000)
+                noisy = clean + math.sqrt(var) * torch.randn(clean.shape, generator=g)
+                targets = DENOISERS.get(a.denoise)(noisy, torch.full((n,), var, dtype=torch.float64), seed)
+                idx = torch.arange(n)
+                for la in adjust:
+                    cfg = DpdfdConfig(student_data="sources", logit_adjust=la, seed=seed, student_samples=a.student_samples)
+                    t1 = time.time()
+                    student, shift = train(spec, source, idx, targets, cfg, default_student_name(spec))
+                    acc, plain = accuracy(student, data, shift)
+                    row = {"prior": a.prior, "images": n, "rows": a.rows, "eps": eps, "seed": seed, "logit_adjust": la,
+                           "denoise": a.denoise, "student_samples": a.student_samples, "accuracy": round(acc, 4),
+                           "accuracy_before_adjust": round(plain, 4),
+                           "target_top_agreement": round(float((targets.argmax(1) == clean.argmax(1)).float().mean()), 4),
+                           "clean_s": round(t_clean, 1), "student_s": round(time.time() - t1, 1)}
+                    if a.pool:
+                        t2 = time.time()
+                        second, shift2 = train(spec, source, idx, pooled(student, source, idx, targets, a.pool), cfg, default_student_name(spec))
+                        row.update(pool=a.pool, pooled_accuracy=round(accuracy(second, data, shift2)[0], 4), pool_s=round(time.time() - t2, 1))
+                    print(json.dumps(row), flush=True)
+                    if a.json:
+                        with open(a.json, "a") as f:
+                            f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
