@@ -19,39 +19,33 @@ from typing import Callable, Optional, Sequence
 from .options import RunOptions, resolve_device
 
 
-def convert(teacher: str | Sequence[str], *, out: str | Path, method: str = "auto", eps: Optional[float] = None, delta: Optional[float] = None,
-            noise_multiplier: Optional[float] = None, seed: int = 0, device: str = "cpu", student: Optional[str] = None,
-            eval_data: Optional[str] = None, private_data: Optional[str] = None, public_data: Optional[str] = None,
-            pixel_range: Optional[float] = None, seeded_noise: bool = False, sign_key: Optional[str] = None,
-            allow_large_delta: bool = False, class_names: Optional[list[str]] = None, no_privacy: bool = False, force: bool = False,
-            teacher_card: Optional[str] = None, trusted_keys: Optional[str] = None, private_data_is_not_teacher_data: bool = False,
-            loader=None, command: Optional[str] = None, on_plan: Optional[Callable[[dict], None]] = None,
-            on_progress: Optional[Callable[[dict], None]] = None, **method_options):
+def convert(teacher: str | Sequence[str], *, out: str | Path, device: str = "cpu", loader=None,
+            on_plan: Optional[Callable[[dict], None]] = None, on_progress: Optional[Callable[[dict], None]] = None, **options):
     """Convert ``teacher`` into a DP student at ``out`` (ONNX) with its privacy card; returns a ``ConvertResult``.
 
     ``teacher``: a file (.pt/.pth/.pt2/.safetensors/.onnx), ``timm:NAME`` or ``builtin:digits``; or a list of several
     teachers (files, folders of them, ``.txt`` list files) for DPDFD, which averages their rows (with
     ``disjoint_partitions`` N, teachers trained on disjoint parts of the private data, ``eps`` is record-level); ``loader``: a
-    ``LoadOptions`` for files that need an architecture, class count or input spec. ``eps`` and ``noise_multiplier``
-    are exclusive (neither: ε = 1). ``method``: ``auto`` (DP-SGD with ``private_data``, DPDFD otherwise),
-    or any name in ``dpconvert.methods.METHODS``; ``method_options`` are that method's options (``DpdfdOptions``: releases,
-    batch_size, clip, epochs, distill_loss, generator, prior, prior_pool, public_targets, save_generator; ``PknnOptions``: k,
-    sampling_rate, sigma1, threshold, sigma2, rounds, queries, features, epochs, labels, knn, canaries, query_generator,
-    generator_eps, …; ``DpsgdOptions``; ``AdlmOptions``).
+    ``LoadOptions`` for files that need an architecture, class count or input spec.
+
+    ``options``: any field of ``dpconvert.options.RunOptions`` by its own name, with its default there (``method``,
+    ``eps``, ``delta``, ``noise_multiplier``, ``seed``, ``student``, ``eval_data``, ``private_data``, ``public_data``,
+    ``seeded_noise``, ``force``, ``teacher_card``, ``sign_key``, …; paths may be ``Path`` objects), and the chosen
+    method's own options (``DpdfdOptions``: releases, batch_size, clip, epochs, distill_loss, generator, prior,
+    prior_pool, public_targets, save_generator; ``PknnOptions``: k, sampling_rate, sigma1, threshold, sigma2, rounds,
+    queries, features, epochs, labels, knn, canaries, query_generator, generator_eps, …; ``DpsgdOptions``;
+    ``AdlmOptions``). ``eps`` and ``noise_multiplier`` are exclusive (neither: ε = 1). ``method``: ``auto`` (DP-SGD
+    with ``private_data``, DPDFD otherwise) or any name in ``dpconvert.methods.METHODS``.
 
     Under ``torchrun`` every process calls this; they form one conversion (``distributed.py``) and only rank 0 writes
     and returns the result (the others return None).
     """
     import dataclasses
 
-    given = dict(method=method, eps=eps, delta=delta, allow_large_delta=allow_large_delta, noise_multiplier=noise_multiplier, seed=seed,
-                 student=student, eval_data=eval_data, private_data=private_data, public_data=public_data, pixel_range=pixel_range,
-                 class_names=class_names, seeded_noise=seeded_noise, no_privacy=no_privacy, force=force,
-                 teacher_card=None if teacher_card is None else str(teacher_card), trusted_keys=None if trusted_keys is None else str(trusted_keys),
-                 sign_key=None if sign_key is None else str(sign_key), command=command,
-                 private_data_is_not_teacher_data=private_data_is_not_teacher_data)
-    run_fields = {f.name for f in dataclasses.fields(RunOptions) if f.init}  # any other `RunOptions` field, by its own name
-    given.update({k: method_options.pop(k) for k in list(method_options) if k in run_fields and k not in given and k != "device"})
+    run_fields = {f.name for f in dataclasses.fields(RunOptions) if f.init} - {"device"}
+    given = {k: str(v) if isinstance(v, Path) else v for k, v in options.items() if k in run_fields}
+    method_options = {k: v for k, v in options.items() if k not in run_fields}
+    force = bool(given.get("force", False))
     from .pipeline import check_output_path
 
     RunOptions(**given)  # bad options fail here, in a second, before torch is even imported …
