@@ -13,11 +13,11 @@ stay fast.
 """
 
 from .api import audit, convert, plan
-from .errors import DpconvertError
+from .errors import DpconvertError, InternalError
 from .options import RunOptions
 from .version import __version__
 
-__all__ = ["DpconvertError", "RunOptions", "__version__", "audit", "convert", "plan", "synthesize", "load_teacher", "load_data",
+__all__ = ["DpconvertError", "InternalError", "RunOptions", "__version__", "audit", "convert", "plan", "synthesize", "load_teacher", "load_data",
            "LoadOptions", "DpdfdOptions", "PknnOptions", "DpsgdOptions", "AdlmOptions", "GanOptions"]
 
 _LAZY = {"load_teacher": "io.teachers", "LoadOptions": "io.teachers", "load_data": "io.data", "synthesize": "synth",

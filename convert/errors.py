@@ -47,6 +47,15 @@ class DpconvertError(Exception):
         self.fix = fix if fix is not None else derive_fix(str(message))
 
 
+class InternalError(Exception):
+    """A bug in dpconvert, not a problem the user can fix (an invariant that the code, not the input, broke: the spent
+    ε differs from the plan's, an input would be answered twice). Deliberately not a ``DpconvertError``: the CLI lets
+    its traceback through instead of printing one red line, and no caller can mistake it for bad input."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"internal error, a bug in dpconvert (please report it with this traceback): {message}")
+
+
 class OptionError(DpconvertError, ValueError):
     """A malformed option: a value out of its range, an unknown name or choice, a size that does not parse. A usage
     error: the CLI exits 2, as for an option it cannot parse at all."""

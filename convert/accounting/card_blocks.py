@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..errors import DpconvertError
+from ..errors import InternalError
 
 
 @dataclass
@@ -42,9 +42,9 @@ def check_spent(accountant, *, delta: float, target: Optional[float]) -> float:
     live = accountant.epsilon(delta=delta)
     same = (math.isinf(live) and math.isinf(replayed)) or math.isclose(replayed, live, rel_tol=1e-9, abs_tol=1e-12)
     if not same:
-        raise DpconvertError(f"internal error: the recorded events give ε={replayed} but the accountant says ε={live}; nothing was written")
+        raise InternalError(f"the recorded events give ε={replayed} but the accountant says ε={live}; nothing was written")
     if target is not None and replayed > target * (1 + 1e-9):
-        raise DpconvertError(f"internal error: ε spent {replayed} exceeds the target {target}; nothing was written")
+        raise InternalError(f"ε spent {replayed} exceeds the target {target}; nothing was written")
     return replayed
 
 

@@ -11,6 +11,8 @@ from typing import Callable, Optional
 
 import torch
 
+from dpconvert.errors import InternalError
+
 
 def flat_inputs(x: torch.Tensor, amp: Optional[str] = None) -> torch.Tensor:
     """Rows as the teacher sees them, flattened; + 0.0 maps −0.0 to 0.0 (the same input to the teacher). Under bf16
@@ -83,6 +85,6 @@ class AnsweredInputs:
         anything is released (they were fresh by construction, so this never fires unless the code is wrong)."""
         h = self.pending.cpu()
         if torch.isin(h, self.hashes).any() or len(torch.unique(h)) != len(h):
-            raise RuntimeError("internal error: an input would be answered twice in this run; nothing was released")
+            raise InternalError("an input would be answered twice in this run; nothing was released")
         self.hashes = torch.sort(torch.cat([self.hashes, h])).values
         self.pending = None

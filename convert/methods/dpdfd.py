@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Optional
 
-from dpconvert.errors import DpconvertError
+from dpconvert.errors import DpconvertError, InternalError
 
 from dpconvert.accounting.statements import NO_NOISE_WARNING, NOT_COVERED_GAN_QUERIES, NOT_COVERED_PUBLIC_IMAGES
 
@@ -198,7 +198,7 @@ class Dpdfd(Method):
         ran_the_plan = accountant.count("normalised_gaussian_release") == opts.releases and math.isclose(
             accountant.epsilon(delta=run.delta), plan["epsilon"], rel_tol=1e-9, abs_tol=1e-12)  # what `dpconvert plan` printed is what ran
         if not ran_the_plan:
-            raise DpconvertError(f"internal error: the mechanism's releases and ε differ from the plan's ({opts.releases}, ε={plan['epsilon']}); "
+            raise InternalError(f"the mechanism's releases and ε differ from the plan's ({opts.releases}, ε={plan['epsilon']}); "
                                  "nothing was written")
         verdict = self._verdict(job, plan["sigma"], warnings)
         mechanism = self._mechanism_block(run, opts, plan, cfg, ctx.noise.card_fields, source, generator, job.members)
