@@ -67,3 +67,16 @@ def test_dp_critic_layer_smoke(tmp_path):
                   "1,8,8", "--steps", "5", "--samples", "300"], tmp_path)
     assert row["epsilon"] is None and "no accountant" in row["why_no_epsilon"] and 0 <= row["synthetic_to_real_accuracy"] <= 1
     assert row["empirical_ex_post"]["computed_on_private_data"] and row["command"].startswith("python benchmarks/dp_critic_layer.py")
+
+
+@pytest.mark.slow
+def test_data_free_sim_smoke(tmp_path):
+    """The design simulation behind RESULTS table 15 (per-image targets with simulated release noise), at tiny sizes."""
+    out = tmp_path / "r.jsonl"
+    r = subprocess.run([sys.executable, ROOT / "benchmarks/data_free_sim.py", "--teacher", "builtin:digits", "--eval-data", "builtin:digits",
+                        "--prior", "random_fields", "--images", "60", "--rows", "6000", "--clean-views", "2", "--student-samples", "600",
+                        "--pool", "4", "--cache", str(tmp_path / "cache"), "--json", str(out)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    row = json.loads(out.read_text().splitlines()[-1])
+    assert row["images"] == 60 and 0 <= row["accuracy"] <= 1 and 0 <= row["pooled_accuracy"] <= 1
