@@ -5,18 +5,16 @@ from .accountant import (
     Accountant,
     DpdfdAccountant,
     DpganAccountant,
-    DpganDpdfdAccountant,
-    DpganPknnAccountant,
     DpsgdAccountant,
     Event,
-    GeneratorPknnAccountant,
     LaplaceAccountant,
     PerAnswerDpdfdAccountant,
     DisjointTeachersDpdfdAccountant,
     PknnAccountant,
     library_versions,
 )
+from .composed import ComposedAccountant, Composition, DpganDpdfdAccountant, DpganPknnAccountant, GeneratorPknnAccountant, compose
 
-__all__ = ["ACCOUNTANTS", "Accountant", "DpdfdAccountant", "DpganAccountant", "DpganDpdfdAccountant", "DpganPknnAccountant", "DpsgdAccountant", "Event",
+__all__ = ["ACCOUNTANTS", "Accountant", "ComposedAccountant", "Composition", "compose", "DpdfdAccountant", "DpganAccountant", "DpganDpdfdAccountant", "DpganPknnAccountant", "DpsgdAccountant", "Event",
            "GeneratorPknnAccountant", "LaplaceAccountant", "PerAnswerDpdfdAccountant", "DisjointTeachersDpdfdAccountant", "PknnAccountant",
            "library_versions"]

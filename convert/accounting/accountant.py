@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from ..errors import DpconvertError
 from ..registry import Registry
@@ -68,11 +68,52 @@ class Accountant(ABC):
         """The same ε through an independent library, where the accountant has one (a dict); None: no cross-check."""
         return None
 
-    def private_records_epsilon(self, *, delta: float):
+    # The questions every accountant answers (``QUESTIONS``): a number, or None where the scope does not arise for it.
+    def record_level_epsilon(self, *, delta: float) -> float:
+        """ε under add/remove of one training record of the teacher (or of the private data): the worst case. Where
+        the headline is record-level already, it is the headline."""
+        if self.scope != "record":
+            raise NotImplementedError(f"{type(self).__name__} has a {self.scope}-level headline and must say its record-level worst case")
+        return self.epsilon(delta=delta)
+
+    def replace_one_epsilon(self, *, delta: float) -> Optional[float]:
+        """ε when one teacher answer is replaced by another; None: the run releases no teacher answers."""
+        return None
+
+    def query_level_epsilon(self, *, delta: float) -> Optional[float]:
+        """The per-answer bound beside a record-level headline; None where the headline is that bound or none exists."""
+        return None
+
+    def queries_record_level_epsilon(self, *, delta: float) -> Optional[float]:
+        """What one private record can change in the queries (a generator trained on private records); None: none."""
+        return None
+
+    def private_records_epsilon(self, *, delta: float) -> Optional[float]:
         """ε under add/remove of one private record that the run read itself (``private_data``), at ``delta``; None
         when the run read no private records (only the teacher did). A teacher's own guarantee composes with this
         for records the two may share (``auditing/teacher_guarantee.py``)."""
         return None
+
+    def per_image_epsilon(self, *, delta: float, max_rows: int) -> Optional[float]:
+        """ε under add/remove of every answer about one public source image that filled at most ``max_rows`` rows;
+        None: the accountant releases no per-image rows."""
+        return None
+
+    def guarantee_figures(self, *, delta: float) -> dict[str, float]:
+        """The card's guarantee figures beside the headline: ``record_level_epsilon`` and each of ``GUARANTEE_QUESTIONS``
+        this accountant answers (the audit recomputes exactly these)."""
+        out = {"record_level_epsilon": self.record_level_epsilon(delta=delta)}
+        for question in GUARANTEE_QUESTIONS:
+            value = getattr(self, question)(delta=delta)
+            if value is not None:
+                out[question] = value
+        return out
+
+    def guarantee_keys(self) -> tuple[str, ...]:
+        """The guarantee block's keys beyond the common ones that a card of this accountant may carry."""
+        empty = type(self)()
+        keys = tuple(q for q in GUARANTEE_QUESTIONS if getattr(empty, q)(delta=1e-5) is not None)
+        return keys + (("per_image_epsilon",) if empty.per_image_epsilon(delta=1e-5, max_rows=1) is not None else ())
 
     def state_dict(self) -> dict:
         return {"accountant": self.name, "events": [asdict(e) for e in self.events]}
@@ -91,6 +132,8 @@ class Accountant(ABC):
 
 
 _INT_PARAMS = {"batch_size", "k", "num_classes", "teachers"}
+# Guarantee figures a card may state beside ``epsilon`` and ``record_level_epsilon`` (the audit recomputes each).
+GUARANTEE_QUESTIONS = ("replace_one_epsilon", "query_level_epsilon", "queries_record_level_epsilon")
 
 
 ACCOUNTANTS: Registry[type] = Registry("accountant")
@@ -281,19 +324,18 @@ class PknnAccountant(Accountant):
         out["epsilon"] = min(out.values())
         return out
 
-    def record_level_epsilon(self, *, delta: float) -> float:
-        """The headline ε is already record-level."""
-        return self.epsilon(delta=delta)
-
     def private_records_epsilon(self, *, delta: float) -> float:
         return self.epsilon(delta=delta)
 
-    def rdp(self):
-        """The RDP curve at ``pknn.RDP_ORDERS``: Theorem-7 screening plus the subsampled argmax, per event."""
+    def rdp(self, orders=None):
+        """The RDP curve at ``pknn.RDP_ORDERS`` (the only ``orders`` it has: the screening RDP is tabulated there):
+        Theorem-7 screening plus the subsampled argmax, per event."""
         import numpy as np
 
         from . import pknn
 
+        if orders is not None and tuple(orders) != tuple(pknn.RDP_ORDERS):
+            raise ValueError("Private-kNN's RDP curve exists at pknn.RDP_ORDERS only")
         rdp = np.zeros(len(pknn.RDP_ORDERS))
         for e in self.events:
             p = e.params
@@ -314,43 +356,6 @@ class PknnAccountant(Accountant):
             else:
                 terms += pknn.pld_terms(1.0, p["sigma2"], p["sampling_rate"], 0, e.count)[1:]
         return composition.epsilon(terms, delta, accountant="pld", discretization=pknn.PLD_DISCRETIZATION)
-
-
-@ACCOUNTANTS.register("pknn+dpdfd_generator")
-@dataclass
-class GeneratorPknnAccountant(Accountant):
-    """Private-kNN labels on queries drawn from a DPDFD-trained generator.
-
-    The generator is post-processing of its DPDFD run's releases, so its cost is
-    that run's events (replayed here from the saved generator); the labels cost
-    the Private-kNN events. The two compose by basic composition, each part at
-    δ/2: ε = ε_DPDFD(δ/2) + ε_PkNN(δ/2), valid for adaptive composition (the
-    queries depend on the generator). Headline scope ``query``: the DPDFD part
-    is only query-level; the record-level figure uses the DPDFD worst case.
-    """
-
-    name: str = "pknn+dpdfd_generator"
-    mechanisms: tuple[str, ...] = DpdfdAccountant.mechanisms + PknnAccountant.mechanisms
-    scope: str = "query"
-    adjacency: str = ADJACENCY_GENERATOR_PKNN
-
-    def parts(self) -> tuple[DpdfdAccountant, PknnAccountant]:
-        return DpdfdAccountant(events=self.events_of(DpdfdAccountant)), PknnAccountant(events=self.events_of(PknnAccountant))
-
-    def epsilons(self, *, delta: float, scope: str = "query") -> dict[str, float]:
-        gen, labels = self.parts()
-        eg = gen.epsilons(delta=delta / 2, scope=scope)["epsilon"]
-        el = labels.epsilons(delta=delta / 2)
-        out = {f"dpdfd_generator_{scope}": eg, **{f"pknn_{k}": v for k, v in el.items() if k != "epsilon"}}
-        out["epsilon"] = eg + el["epsilon"]
-        return out
-
-    def record_level_epsilon(self, *, delta: float) -> float:
-        return self.epsilons(delta=delta, scope="record")["epsilon"]
-
-    def private_records_epsilon(self, *, delta: float) -> float:
-        """Only the labels read the private records; the generator is post-processing of the teacher's answers."""
-        return self.parts()[1].epsilon(delta=delta)
 
 
 @ACCOUNTANTS.register("dpsgd")
@@ -375,10 +380,6 @@ class DpsgdAccountant(Accountant):
             return {"pld": 0.0, "rdp": 0.0, "epsilon": 0.0}
         return dpsgd.epsilons(self.terms(), delta)
 
-    def record_level_epsilon(self, *, delta: float) -> float:
-        """The headline ε is already record-level."""
-        return self.epsilon(delta=delta)
-
     def private_records_epsilon(self, *, delta: float) -> float:
         return self.epsilon(delta=delta)
 
@@ -399,10 +400,7 @@ class LaplaceAccountant(Accountant):
         eps = sum(e.count * e.params["l1_sensitivity"] / e.params["scale"] if e.params["scale"] > 0 else math.inf for e in self.events)
         return {"laplace_composition": float(eps), "epsilon": float(eps)}
 
-    def record_level_epsilon(self, *, delta: float = 0.0) -> float:
-        return self.epsilon(delta=delta)
-
-    def private_records_epsilon(self, *, delta: float = 0.0) -> float:
+    def private_records_epsilon(self, *, delta: float) -> float:
         return self.epsilon(delta=delta)
 
 
@@ -425,99 +423,6 @@ class DpganAccountant(DpsgdAccountant):
         for e in self.events:
             out += e.count * np.asarray(_compute_rdp_poisson_subsampled_gaussian(e.params["sampling_rate"], e.params["sigma"], orders))
         return out
-
-
-@ACCOUNTANTS.register("pknn+dpgan")
-@dataclass
-class DpganPknnAccountant(Accountant):
-    """Private-kNN labels on queries from a DP-critic GAN trained on the same private data: both record-level.
-
-    Two valid bounds, the smaller reported: basic composition with each part at δ/2 (each part's own best bound),
-    and one RDP composition of the critic steps with the Private-kNN events (Theorem-7 screening RDP + subsampled
-    argmax RDP) converted once at δ. Both hold for adaptive composition (the queries depend on the generator).
-    """
-
-    name: str = "pknn+dpgan"
-    mechanisms: tuple[str, ...] = DpganAccountant.mechanisms + PknnAccountant.mechanisms
-    scope: str = "record"
-    adjacency: str = ADJACENCY_RECORD_COMPOSED
-
-    def parts(self) -> tuple[DpganAccountant, PknnAccountant]:
-        return DpganAccountant(events=self.events_of(DpganAccountant)), PknnAccountant(events=self.events_of(PknnAccountant))
-
-    def epsilons(self, *, delta: float) -> dict[str, float]:
-        from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
-
-        from . import composition, pknn
-
-        gan, labels = self.parts()
-        basic = gan.epsilon(delta=delta / 2) + labels.epsilon(delta=delta / 2)
-        with composition._quiet_absl():
-            joint = float(compute_epsilon(pknn.RDP_ORDERS, gan.rdp(pknn.RDP_ORDERS) + labels.rdp(), float(delta))[0])
-        return {"basic_composition_half_delta_each": basic, "rdp_joint": joint, "epsilon": min(basic, joint)}
-
-    def record_level_epsilon(self, *, delta: float) -> float:
-        return self.epsilon(delta=delta)
-
-    def private_records_epsilon(self, *, delta: float) -> float:
-        return self.epsilon(delta=delta)
-
-
-@ACCOUNTANTS.register("dpdfd_per_answer+dpgan")
-@dataclass
-class DpganDpdfdAccountant(Accountant):
-    """DPDFD (per-answer) whose queries are samples of a GAN with a DP critic trained on private records: two scopes.
-
-    - Query level (the headline, as for any DPDFD run): neighbouring teachers differ in one answer; the GAN never sees
-      the teacher, so its events are identical under both and the ε is the per-answer DPDFD bound alone.
-    - The queries' record level (``queries_record_level_epsilon``): add/remove one private record changes the GAN's
-      critic release only; the queries, and the GAN samples if published, are post-processing of it.
-    - Record-level worst case: a record may also change the teacher arbitrarily, so every DPDFD row may move (its
-      record-level composition) besides the critic: basic composition with each part at δ/2 (valid adaptively: the
-      queries depend on the GAN).
-    """
-
-    name: str = "dpdfd_per_answer+dpgan"
-    mechanisms: tuple[str, ...] = PerAnswerDpdfdAccountant.mechanisms + DpganAccountant.mechanisms
-    scope: str = "query"
-    adjacency: str = ADJACENCY_QUERY_GAN_QUERIES
-    max_answers: int = 1
-
-    def parts(self) -> tuple[PerAnswerDpdfdAccountant, DpganAccountant]:
-        return (PerAnswerDpdfdAccountant(events=self.events_of(PerAnswerDpdfdAccountant), max_answers=self.max_answers),
-                DpganAccountant(events=self.events_of(DpganAccountant)))
-
-    def epsilons(self, *, delta: float) -> dict[str, float]:
-        return self.parts()[0].epsilons(delta=delta)
-
-    def cross_check(self, *, delta: float) -> dict[str, float]:
-        return self.parts()[0].cross_check(delta=delta)
-
-    def replace_one_epsilon(self, *, delta: float) -> float:
-        return self.parts()[0].replace_one_epsilon(delta=delta)
-
-    def per_image_epsilon(self, *, delta: float, max_rows: int) -> float:
-        return self.parts()[0].per_image_epsilon(delta=delta, max_rows=max_rows)
-
-    def queries_record_level_epsilon(self, *, delta: float) -> float:
-        """The DP critic's record-level ε: what one private record can change in the queries (and in the GAN)."""
-        return self.parts()[1].epsilon(delta=delta)
-
-    def private_records_epsilon(self, *, delta: float) -> float:
-        """The critic read the private records; DPDFD's answers are the teacher's (post-processing of its guarantee)."""
-        return self.queries_record_level_epsilon(delta=delta)
-
-    def record_level_epsilon(self, *, delta: float) -> float:
-        dpdfd, gan = self.parts()
-        return dpdfd.record_level_epsilon(delta=delta / 2) + gan.epsilon(delta=delta / 2)
-
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "max_answers_per_input": self.max_answers}
-
-    def load_state_dict(self, state: dict) -> "DpganDpdfdAccountant":
-        super().load_state_dict(state)
-        self.max_answers = PerAnswerDpdfdAccountant().load_state_dict({**state, "accountant": "dpdfd_per_answer", "events": []}).max_answers
-        return self
 
 
 def library_versions() -> dict[str, str]:

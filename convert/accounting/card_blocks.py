@@ -23,7 +23,7 @@ class Claims:
     calibrated: bool  # the noise was calibrated to `target_epsilon` (else σ was given and ε computed)
     target_epsilon: Optional[float]
     note: Optional[str] = None  # how the accountant composes this method's events, for a person reading the card
-    extra: dict = field(default_factory=dict)  # further guarantee figures from the same accountant (DPDFD: replace_one_epsilon, …)
+    extra: dict = field(default_factory=dict)  # figures that need the run's facts besides the events (DPDFD: per_image_epsilon)
 
 
 def card_number(v):
@@ -49,10 +49,11 @@ def check_spent(accountant, *, delta: float, target: Optional[float]) -> float:
 
 
 def guarantee_block(accountant, delta: float, claims: Claims) -> dict:
-    """ε, δ, the scope and adjacency the accountant proves, the record-level worst case, and what is covered."""
+    """ε, δ, the scope and adjacency the accountant proves, the record-level worst case and the other figures the
+    accountant answers (``Accountant.guarantee_figures``: what the audit recomputes), and what is covered."""
     return {
         "epsilon": card_number(accountant.epsilon(delta=delta)), "delta": delta, "scope": accountant.scope, "adjacency": accountant.adjacency,
-        "record_level_epsilon": card_number(accountant.record_level_epsilon(delta=delta)),
+        **{k: card_number(v) for k, v in accountant.guarantee_figures(delta=delta).items()},
         **{k: card_number(v) for k, v in claims.extra.items()},
         "covers": list(claims.covers), "not_covered": list(claims.not_covered),
     }

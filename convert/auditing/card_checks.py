@@ -16,6 +16,7 @@ from typing import Callable, Optional
 from dpconvert.accounting.statements import (COVERS, NO_NOISE_WARNING, NOT_COVERED, NOT_COVERED_DATA, NOT_COVERED_GAN_QUERIES, NOT_COVERED_PUBLIC_IMAGES,
                                               PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1, SEEDED_WARNING, WEAK_PARITY_PREFIX)
 from dpconvert.accounting.statements import DELTA_CEILING, EX_POST_WARNING, LARGE_DELTA_PREFIX
+from dpconvert.accounting.accountant import GUARANTEE_QUESTIONS
 from dpconvert.errors import DpconvertError
 from dpconvert.registry import Registry
 
@@ -71,13 +72,7 @@ def recompute(data: dict):
     acct = data["accounting"]
     accountant = ACCOUNTANTS.get(acct["accountant"])().load_state_dict(acct["state"])
     delta = float(data["guarantee"]["delta"])
-    out = {**accountant.epsilons(delta=delta), "record_level_epsilon": accountant.record_level_epsilon(delta=delta)}
-    if hasattr(accountant, "replace_one_epsilon"):
-        out["replace_one_epsilon"] = accountant.replace_one_epsilon(delta=delta)
-    for key in ("query_level_epsilon", "queries_record_level_epsilon"):
-        if hasattr(accountant, key):
-            out[key] = getattr(accountant, key)(delta=delta)
-    return accountant, out
+    return accountant, {**accountant.epsilons(delta=delta), **accountant.guarantee_figures(delta=delta)}
 
 
 def _claims_at_least(p: Problems, claimed, true: float, where: str) -> None:
@@ -115,14 +110,14 @@ def check_card(data: dict) -> tuple[dict, Problems]:
         p.append(("accounting.state", f"cannot replay the events ({str(e).splitlines()[0][:160]})"))
         return {}, p
     _check_events(p, accountant, data)
-    p.keys(g, "guarantee", GUARANTEE_KEYS | set(CHECKS_EXTRA_GUARANTEE.get(accountant.name, ())), GUARANTEE_KEYS)
+    p.keys(g, "guarantee", GUARANTEE_KEYS | set(accountant.guarantee_keys()), GUARANTEE_KEYS)
     p.keys(acct, "accounting", ACCOUNTING_KEYS, {"accountant", "epsilons", "state", "calibrated"})
     p.check(g.get("scope") == accountant.scope, "guarantee.scope",
             f"card says {g.get('scope')!r} but {accountant.name!r} events prove {accountant.scope!r}")
     p.check(g.get("adjacency") == accountant.adjacency, "guarantee.adjacency", f"does not match the {accountant.name!r} accountant's adjacency")
     _claims_at_least(p, g.get("epsilon"), true["epsilon"], "guarantee.epsilon")
     _claims_at_least(p, g.get("record_level_epsilon"), true["record_level_epsilon"], "guarantee.record_level_epsilon")
-    for key in ("replace_one_epsilon", "query_level_epsilon", "queries_record_level_epsilon"):
+    for key in GUARANTEE_QUESTIONS:
         if key in true:
             _claims_at_least(p, g.get(key), true[key], f"guarantee.{key}")
     bounds = acct.get("epsilons") or {}
@@ -320,9 +315,6 @@ def _check_events(p: Problems, accountant, data: dict) -> None:
 
 # ------------------------------------------------------------------ per accountant
 CHECKS: Registry[Callable] = Registry("card check")
-CHECKS_EXTRA_GUARANTEE = {"dpdfd": ("replace_one_epsilon", "per_image_epsilon"), "dpdfd_per_answer": ("replace_one_epsilon", "per_image_epsilon"),
-                          "dpdfd_disjoint_teachers": ("replace_one_epsilon", "per_image_epsilon", "query_level_epsilon"),
-                          "dpdfd_per_answer+dpgan": ("replace_one_epsilon", "per_image_epsilon", "queries_record_level_epsilon")}
 
 
 def _check_dpdfd_block(p: Problems, m: dict, events: list, where: str, *, required: set, allowed: set) -> None:

@@ -229,14 +229,11 @@ class Dpdfd(Method):
 
     @staticmethod
     def _claims(run, opts: DpdfdOptions, plan: dict, accountant, mechanism: dict, images) -> Claims:
-        """What the card states beside the headline ε: the other adjacencies' bounds the same events give."""
+        """What the card states beside the figures the accountant answers (``guarantee_figures``): what is covered, and
+        for public images the ε of all the answers about one image."""
         claims = Claims(covers=list(COVERS_STUDENT), not_covered=NOT_COVERED + ([NOT_COVERED_PUBLIC_IMAGES] if run.public_data else []),
-                        calibrated=plan["calibrated"], target_epsilon=run.eps if plan["calibrated"] else None,
-                        extra={"replace_one_epsilon": accountant.replace_one_epsilon(delta=run.delta)})
-        if opts.disjoint_partitions:  # the headline is record-level; the per-answer bound stays beside it
-            claims.extra["query_level_epsilon"] = accountant.query_level_epsilon(delta=run.delta)
-        if opts.generator == GAN_QUERIES:  # the second scope: the private records the GAN's critic read
-            claims.extra["queries_record_level_epsilon"] = accountant.queries_record_level_epsilon(delta=run.delta)
+                        calibrated=plan["calibrated"], target_epsilon=run.eps if plan["calibrated"] else None)
+        if opts.generator == GAN_QUERIES:  # the second scope (the accountant's queries_record_level_epsilon)
             claims.not_covered.append(NOT_COVERED_GAN_QUERIES)
         if images is not None:  # public queries: how much one source image weighs, and the ε for all of its answers
             mechanism["public_images"] = images

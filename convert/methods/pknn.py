@@ -250,7 +250,7 @@ class PrivateKnn(Method):
         gen, _ = accountant.parts()
         eps_all = planned(sigma2).epsilons(delta=run.delta)
         plan["accountants"] = {"query generator at δ/2": gen.epsilon(delta=run.delta / 2), **{f"labels, {k} at δ/2": v for k, v in plan["accountants"].items()},
-                               **{f"composed: {k}": v for k, v in eps_all.items() if k != "epsilon"}}
+                               **{f"composed: {k}": v for k, v in accountant.whole_bounds(eps_all).items()}}
         plan.update(epsilon=eps_all["epsilon"], calibrated=True, target_epsilon=run.eps, scope=accountant.scope, adjacency=accountant.adjacency,
                     delta=run.delta)
         return accountant, plan
