@@ -7,15 +7,12 @@ export) and writes the ONNX student, ``<out>.card.json`` and ``<out>.card.md`` t
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
-from .version import __version__
-from .accounting.card_blocks import check_spent
 from .errors import DpconvertError
 from .methods import METHODS, MethodOutput, choose_method
 from .options import RunOptions
@@ -102,7 +99,6 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
         from dpconvert.context import RunContext
 
         result = method.run(RunContext.build(run, teacher.spec, world), opts, teacher, relay_plan, on_progress)
-        check_spent(result.accountant, delta=result.delta, target=run.eps)  # every method's ε, once, before anything is written
         if not world.is_main:
             return None
         utility = None
@@ -168,12 +164,11 @@ def _signing_key(path: Optional[str]):
 
 def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: MethodOutput, utility, reason: str, signing_key=None, profile=None,
                    world=None, inherited=None, method_opts=None, load_opts=None):
-    from dpconvert.accounting.card_blocks import accounting_block, guarantee_block
+    from dpconvert.accounting.statements import PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1, WEAK_PARITY_PREFIX
     from dpconvert.command_line import command_for
-    from dpconvert.accounting.statements import (DELTA_CEILING, LARGE_DELTA_PREFIX, PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1,
-                                                  WEAK_PARITY_PREFIX)
     from dpconvert.io.export import OPSET, export_onnx, parity
-    from dpconvert.zoo_cards import SCHEMA_VERSION, PrivacyCard, model_sha256
+    from dpconvert.release import release_card
+    from dpconvert.zoo_cards import model_sha256
     from dpconvert.zoo_cards.onnx_meta import SHA256_METHOD, write_model_with_card
 
     spec = teacher.spec
@@ -181,22 +176,13 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
 
     student = r.student.cpu().to(memory_format=torch.contiguous_format).eval()
     warnings = list(teacher.warnings) + list(r.warnings)
-    delta = r.delta
-    if delta > DELTA_CEILING:  # only with `allow_large_delta`; the audit fails it unless its policy admits this δ
-        warnings.append(f"{LARGE_DELTA_PREFIX} {DELTA_CEILING:g}: δ = {delta:g} (allowed by `allow_large_delta`); the guarantee may fail "
-                        "outright with this probability")
     with phase("export"):
         proto = export_onnx(student, spec.shape)
     with phase("parity", items=len(r.probe)):
         par = parity(student, proto, r.probe.cpu())
     if par.max_abs_diff > PARITY_MAX_ABS_DIFF or par.top1_agreement < PARITY_MIN_TOP1:
         warnings.append(f"{WEAK_PARITY_PREFIX}: max |Δ| = {par.max_abs_diff:.2e}, top-1 agreement {par.top1_agreement:.3f}")
-    card = PrivacyCard({
-        "schema_version": SCHEMA_VERSION,
-        "dpconvert_version": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": command_for(teacher_source, out, run, method_opts, load_opts),
-        "seed": run.seed,
+    identity = {
         "model": {
             "file": out.name, "sha256": model_sha256(proto), "sha256_method": SHA256_METHOD, "format": "onnx", "opset": OPSET,
             "input_shape": [None, *spec.shape], "mean": list(spec.mean), "std": list(spec.std), "num_classes": spec.num_classes,
@@ -208,20 +194,17 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
                     "trained_with_dp": True if inherited else None, **({"guarantee": _inherited_block(inherited, r, run)} if inherited else {}),
                     **({"members": teacher.member_block(), "disjoint_partitions": bool(r.mechanism.get("disjoint_partitions"))}
                        if hasattr(teacher, "member_block") else {})},
-        "guarantee": guarantee_block(r.accountant, r.delta, r.claims),
-        "accounting": accounting_block(r.accountant, r.delta, r.claims),
-        "mechanism": {**r.mechanism, "method_choice": reason},
+    }
+    rest = {
         "utility": utility,
         **({"expected_utility": r.verdict} if r.verdict is not None else {}),
         "export": {"onnx_checker": "passed (full_check=True)", "parity": par.to_dict(), "onnxruntime_device": "cpu"},
         "audit": r.audit,
         "run": _run_block(run, profile, world),
-        "warnings": warnings,
-    }).validate("generated card")
-    if signing_key is not None:
-        from dpconvert.zoo_cards.signing import sign_card
-
-        card = sign_card(card, signing_key)
+    }
+    card = release_card(identity=identity, accountant=r.accountant, delta=r.delta, target=run.eps, claims=r.claims,
+                        mechanism={**r.mechanism, "method_choice": reason}, rest=rest, warnings=warnings,
+                        command=command_for(teacher_source, out, run, method_opts, load_opts), seed=run.seed, signing_key=signing_key)
     write_model_with_card(str(out), proto, card, extra=r.extra_files)
     return card
 

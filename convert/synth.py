@@ -10,7 +10,6 @@ carries no timing: the run read private data, and its duration grows with the pr
 
 from __future__ import annotations
 
-import datetime as _dt
 import io
 from dataclasses import asdict
 from pathlib import Path
@@ -18,10 +17,9 @@ from typing import Callable, Optional
 
 from .errors import DpconvertError
 from .options import DEFAULT_DELTA, RunOptions
-from .version import __version__
-from .zoo_cards.card import DATA_CARD_FORMAT, SCHEMA_VERSION
 
 DATA_SHA256_METHOD = "sha256 of the .npz file's bytes"
+CARD_METHOD = "dp-critic-gan"  # the data card's mechanism.method (its mechanism.config: the GAN's options)
 ACCOUNTING_NOTE = {
     "embedding": "one Gaussian release of the class-conditional mean embedding (sensitivity 1 under add/remove), PLD (reported) and RDP",
     "dpsgd": "Poisson-subsampled Gaussian critic steps (DP-SGD, sensitivity C under add/remove), PLD (reported) and RDP",
@@ -38,87 +36,101 @@ def synthesize(private_data: str, *, out: str | Path, input_size: tuple[int, int
     card (a ``PrivacyCard`` of kind ``data``). ``ex_post``: also publish the ex-post expected privacy-loss estimate
     (``mechanisms/ex_post.py``) in the card's ``empirical`` block — computed on the private records outside the DP
     accounting, not DP, and said so on the card."""
-    from .io.atomic import check_output
-
-    out = Path(out)
-    if out.suffix != ".npz":
-        raise DpconvertError(f"`out` must end in .npz, got {out.name!r}")
-    check_output(out, force=force, also=[out.with_name(out.name + ".card.json")])  # before the private data is read
-    if grid:
-        check_output(grid, param="grid", force=force)
-    import numpy as np
-    import torch
-
-    from .accounting import DpganAccountant
-    from .accounting.card_blocks import Claims, accounting_block, check_spent, guarantee_block
-    from .accounting.statements import COVERS_DATA, DELTA_CEILING, EX_POST_WARNING, LARGE_DELTA_PREFIX, NOT_COVERED_DATA, SEEDED_WARNING
-    from .generators.saved import sample_labelled
-    from .io.atomic import AtomicOutputs
-    import hashlib
-
+    from .context import RunContext
     from .io.spec import InputSpec
-    from .methods.dpgan import CRITICS, GanOptions, train_dpgan
-    from .zoo_cards import CARD_SUFFIX_JSON, PrivacyCard
+    from .methods.dpgan import GanOptions, train_dpgan
 
-    if samples < 1:
-        raise DpconvertError("`samples` must be >= 1")
-    signing_key = None
-    if sign_key is not None:  # an unreadable key fails now, before the private data is read
-        from .zoo_cards.signing import load_private_key
-
-        signing_key = load_private_key(sign_key)
+    out, gan_opts = Path(out), gan or GanOptions()
+    signing_key = _check_before_reading(out, grid, force, samples, num_classes, class_names, gan_opts, sign_key)
     run = RunOptions(eps=eps, delta=delta, allow_large_delta=allow_large_delta, private_data=private_data, seed=seed, seeded_noise=seeded_noise,
                      pixel_range=pixel_range, class_names=class_names)
-    if class_names is not None and len(class_names) != num_classes:
-        raise DpconvertError(f"`class_names` lists {len(class_names)} classes but `num_classes` is {num_classes}; list every class in label order")
     spec = InputSpec(*input_size, num_classes, mean=(0.0,) * input_size[0], std=(1.0,) * input_size[0])  # generator output = pixels
-    gan_opts = gan or GanOptions()
-    CRITICS.get(gan_opts.critic)  # an unknown critic fails here, before the data is read
-    from .context import RunContext
-
     ctx = RunContext.build(run, spec)
     result = train_dpgan(ctx, gan_opts, spec, eps, delta, on_progress)
-    x, labels = sample_labelled(result.generator, samples, num_classes, torch.Generator().manual_seed(seed))  # each image's class
-    pixels = (x.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
-    buf = io.BytesIO()
-    np.savez_compressed(buf, x=pixels, y=labels.numpy())
-    accountant = DpganAccountant().load_state_dict(result.accountant_state)
-    check_spent(accountant, delta=delta, target=eps)  # before anything is written, as for a model
+    pixels, labels = _samples(result.generator, samples, num_classes, seed)
     empirical = None
     if ex_post:  # opt-in: a statistic of the private records published outside the accounting (the card warns)
+        import numpy as np
+
         from .mechanisms.ex_post import expected_privacy_loss
 
         empirical = expected_privacy_loss(ctx.private, pixels.astype(np.float32) / 255.0, seed=seed)
-    claims = Claims(covers=list(COVERS_DATA), not_covered=list(NOT_COVERED_DATA), calibrated=True, target_epsilon=eps,
-                    note=ACCOUNTING_NOTE[gan_opts.critic])
-    card = PrivacyCard({
-        "schema_version": SCHEMA_VERSION,
-        "format": DATA_CARD_FORMAT,
-        "dpconvert_version": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": command,
-        "seed": seed,
-        "data": {"file": out.name, "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "sha256_method": DATA_SHA256_METHOD,
-                 "samples": samples, "shape": list(input_size), "num_classes": num_classes,
-                 "pixels": "uint8, 0..255", "labels": "class-balanced, chosen by the generator's user (public)"},
-        "guarantee": guarantee_block(accountant, delta, claims),
-        "accounting": accounting_block(accountant, delta, claims),
-        "mechanism": {"method": "dp-critic-gan", **result.mechanism, "config": {**asdict(gan_opts), "seed": seed}},
-        "warnings": ([SEEDED_WARNING] if seeded_noise else []) + ([f"{LARGE_DELTA_PREFIX} {DELTA_CEILING:g}: δ = {delta:g} (allowed by "
-                                                                   "`allow_large_delta`)"] if delta > DELTA_CEILING else [])
-                    + ([EX_POST_WARNING] if empirical else []),
-        **({"empirical": empirical} if empirical else {}),
-    }).validate("generated data card")
-    if sign_key is not None:
-        from .zoo_cards.signing import sign_card
+    npz = _npz(pixels, labels)
+    card = _data_card(out, npz, run, result, gan_opts, empirical, samples=samples, input_size=input_size, num_classes=num_classes, command=command,
+                      signing_key=signing_key, noise_warnings=ctx.noise.warnings)
+    from .io.atomic import AtomicOutputs
+    from .zoo_cards import CARD_SUFFIX_JSON
 
-        card = sign_card(card, signing_key)
     with AtomicOutputs() as outputs:
-        outputs.write(out, buf.getvalue())
+        outputs.write(out, npz)
         outputs.write(out.with_name(out.name + CARD_SUFFIX_JSON), card.to_json())
         if grid:
-            outputs.write(grid, sample_grid(pixels, labels.numpy(), num_classes, class_names=class_names))
+            outputs.write(grid, sample_grid(pixels, labels, num_classes, class_names=class_names))
     return card
+
+
+def _check_before_reading(out: Path, grid, force: bool, samples: int, num_classes: int, class_names, gan_opts, sign_key):
+    """Every check that needs no private record, before one is read; returns the loaded signing key (or None)."""
+    from .io.atomic import check_output
+    from .methods.dpgan import CRITICS
+
+    if out.suffix != ".npz":
+        raise DpconvertError(f"`out` must end in .npz, got {out.name!r}")
+    check_output(out, force=force, also=[out.with_name(out.name + ".card.json")])
+    if grid:
+        check_output(grid, param="grid", force=force)
+    if samples < 1:
+        raise DpconvertError("`samples` must be >= 1")
+    if class_names is not None and len(class_names) != num_classes:
+        raise DpconvertError(f"`class_names` lists {len(class_names)} classes but `num_classes` is {num_classes}; list every class in label order")
+    CRITICS.get(gan_opts.critic)  # an unknown critic fails here
+    if sign_key is None:
+        return None
+    from .zoo_cards.signing import load_private_key
+
+    return load_private_key(sign_key)
+
+
+def _samples(generator, samples: int, num_classes: int, seed: int):
+    """(uint8 pixels N×C×H×W, labels): ``samples`` images, class-balanced, each drawn for its label (post-processing)."""
+    import torch
+
+    from .generators.saved import sample_labelled
+
+    x, labels = sample_labelled(generator, samples, num_classes, torch.Generator().manual_seed(seed))
+    return (x.clamp(0, 1) * 255).round().to(torch.uint8).numpy(), labels.numpy()
+
+
+def _npz(pixels, labels) -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez_compressed(buf, x=pixels, y=labels)
+    return buf.getvalue()
+
+
+def _data_card(out: Path, npz: bytes, run: RunOptions, result, gan_opts, empirical, *, samples: int, input_size, num_classes: int, command,
+               signing_key, noise_warnings: list):
+    """The data card, through the same ``release_card`` as a model's: the critic's events are the guarantee."""
+    import hashlib
+
+    from .accounting import DpganAccountant
+    from .accounting.card_blocks import Claims
+    from .accounting.statements import COVERS_DATA, EX_POST_WARNING, NOT_COVERED_DATA
+    from .release import release_card
+    from .zoo_cards.card import DATA_CARD_FORMAT
+
+    accountant = DpganAccountant().load_state_dict(result.accountant_state)
+    claims = Claims(covers=list(COVERS_DATA), not_covered=list(NOT_COVERED_DATA), calibrated=True, target_epsilon=run.eps,
+                    note=ACCOUNTING_NOTE[gan_opts.critic])
+    identity = {"data": {"file": out.name, "sha256": hashlib.sha256(npz).hexdigest(), "sha256_method": DATA_SHA256_METHOD,
+                         "samples": samples, "shape": list(input_size), "num_classes": num_classes,
+                         "pixels": "uint8, 0..255", "labels": "class-balanced, chosen by the generator's user (public)"}}
+    return release_card(identity=identity, accountant=accountant, delta=run.delta, target=run.eps, claims=claims,
+                        mechanism={"method": CARD_METHOD, **result.mechanism, "config": {**asdict(gan_opts), "seed": run.seed}},
+                        rest={"empirical": empirical} if empirical else {},
+                        warnings=list(noise_warnings) + ([EX_POST_WARNING] if empirical else []), command=command, seed=run.seed,
+                        card_format=DATA_CARD_FORMAT, signing_key=signing_key, what="generated data card")
 
 
 def sample_grid(pixels, labels, num_classes: int, per_class: int = 10, class_names=None, cell: int = 48) -> bytes:

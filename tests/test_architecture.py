@@ -1,4 +1,4 @@
-"""The shape of the code: no import cycles, short orchestration functions, a CLI with grouped help, a Python API."""
+"""The shape of the code: no import cycles, short functions, a CLI with grouped help, a Python API."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"dpconvert": ROOT / "convert", "dpconvert.generators": ROOT / "generators", "dpconvert.students": ROOT / "students",
             "dpconvert.zoo_cards": ROOT / "zoo_cards"}
-ORCHESTRATION = ["convert/pipeline.py", "convert/api.py", "convert/methods", "convert/cli"]
-MAX_FUNCTION_LINES = 80
+SIZE_RULED = [*PACKAGES.values()]  # every module of the package: the pipeline, synth, the CLI, the kernel, the cards
+MAX_FUNCTION_LINES = 60
 
 
 def _modules() -> dict[str, Path]:
@@ -83,11 +83,12 @@ def test_no_import_cycles():
     assert cycles == [], cycles
 
 
-def test_orchestration_functions_are_short():
+def test_functions_are_short_everywhere():
+    """No function over 60 lines in any module (``synth.synthesize`` once had 91, outside a rule that covered only the
+    pipeline, the API, the methods and the CLI)."""
     long = []
-    for entry in ORCHESTRATION:
-        paths = sorted((ROOT / entry).rglob("*.py")) if (ROOT / entry).is_dir() else [ROOT / entry]
-        for path in paths:
+    for folder in SIZE_RULED:
+        for path in sorted(folder.rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     lines = node.end_lineno - node.lineno + 1

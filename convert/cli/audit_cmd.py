@@ -54,15 +54,12 @@ def _audit(values: dict) -> None:
 
     With --members/--non-members, also run membership-inference attacks (empirical evidence, not a guarantee)."""
     from dpconvert.auditing.audit import Policy, audit as run_audit
-    from dpconvert.io.teachers import LoadOptions
-
     from dpconvert.auditing.report import AuditReport
-
-    from .render import membership_table, print_audit
-
     from dpconvert.io.atomic import check_output
 
-    paths, members, non_members, teacher = values["paths"], values["members"], values["non_members"], values["teacher"]
+    from .render import print_audit
+
+    paths, members, non_members = values["paths"], values["members"], values["non_members"]
     inversion, json_path, markdown_path, html_path = values["inversion"], values["json_path"], values["markdown_path"], values["html_path"]
     try:
         for param, path in (("json", json_path), ("html", html_path), ("markdown", markdown_path)):
@@ -77,39 +74,51 @@ def _audit(values: dict) -> None:
     except DpconvertError as e:
         _exit_usage(str(e))
     print_audit(results, roots=paths)
-    mia, inverted = {}, {}
-    if inversion:
-        from dpconvert.auditing.inversion import inversion_audit
-
-        from .render import inversion_table
-
-        try:
-            load = LoadOptions(**given(AUDIT, values, LoadOptions))
-            inverted = {r.path: inversion_audit(r.path, members, teacher=teacher, load_options=load) for r in results
-                        if not r.path.endswith(".card.json")}
-        except DpconvertError as e:
-            _exit_usage(str(e))
-        inversion_table(inverted)
-    if members is not None and non_members is not None:
-        try:
-            from dpconvert.auditing.membership import membership_audits
-
-            mia = membership_audits(results, members, non_members, teacher=teacher, limit=values["limit"], plot=values["plot"],
-                                    reference_models=values["reference_models"], reference_epochs=values["reference_epochs"],
-                                    load_options=LoadOptions(**given(AUDIT, values, LoadOptions)),
-                                    on_progress=lambda i, n: out.print(f"reference model {i}/{n} trained"))
-        except DpconvertError as e:
-            _exit_usage(str(e))
-        membership_table(mia)
-        if values["write_card"]:
-            from dpconvert.auditing.membership import record_in_card
-
-            for path, entry in mia.items():
-                record_in_card(path, entry, members, non_members)
+    inverted = _inversion(values, results) if inversion else {}
+    mia = _membership(values, results) if members is not None and non_members is not None else {}
     report = AuditReport(results, policy, mia, paths, inversion=inverted)
     report.write(json_path, markdown_path, html_path)
     if not report.passed:
         raise typer.Exit(1)
+
+
+def _inversion(values: dict, results) -> dict:
+    """--inversion: one image per class recovered from each model (and --teacher), scored against --members."""
+    from dpconvert.auditing.inversion import inversion_audit
+    from dpconvert.io.teachers import LoadOptions
+
+    from .render import inversion_table
+
+    try:
+        load = LoadOptions(**given(AUDIT, values, LoadOptions))
+        inverted = {r.path: inversion_audit(r.path, values["members"], teacher=values["teacher"], load_options=load) for r in results
+                    if not r.path.endswith(".card.json")}
+    except DpconvertError as e:
+        _exit_usage(str(e))
+    inversion_table(inverted)
+    return inverted
+
+
+def _membership(values: dict, results) -> dict:
+    """--members and --non-members: membership-inference attacks on each model (empirical evidence, not a guarantee)."""
+    from dpconvert.auditing.membership import membership_audits, record_in_card
+    from dpconvert.io.teachers import LoadOptions
+
+    from .render import membership_table
+
+    members, non_members = values["members"], values["non_members"]
+    try:
+        mia = membership_audits(results, members, non_members, teacher=values["teacher"], limit=values["limit"], plot=values["plot"],
+                                reference_models=values["reference_models"], reference_epochs=values["reference_epochs"],
+                                load_options=LoadOptions(**given(AUDIT, values, LoadOptions)),
+                                on_progress=lambda i, n: out.print(f"reference model {i}/{n} trained"))
+    except DpconvertError as e:
+        _exit_usage(str(e))
+    membership_table(mia)
+    if values["write_card"]:
+        for path, entry in mia.items():
+            record_in_card(path, entry, members, non_members)
+    return mia
 
 
 build(app, "audit", AUDIT, _audit, _audit.__doc__)
