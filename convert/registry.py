@@ -28,6 +28,10 @@ class Registry(Generic[T]):
 
         return deco
 
+    def remove(self, name: str) -> None:
+        """Take ``name`` out again (a plugin unloaded, a test's own entry cleaned up)."""
+        self._items.pop(name, None)
+
     def __contains__(self, name: object) -> bool:
         return name in self._items
 

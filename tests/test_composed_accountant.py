@@ -12,6 +12,7 @@ import pytest
 
 from dpconvert.accounting import ACCOUNTANTS, Composition, DpganAccountant, LaplaceAccountant, PknnAccountant, compose
 from dpconvert.accounting.accountant import GUARANTEE_QUESTIONS
+from dpconvert.accounting.statements import COVERS_STUDENT
 from dpconvert.errors import DpconvertError
 from dpconvert.registry import Registry
 from tests.test_registry_contracts import DELTA, _accountant
@@ -60,7 +61,7 @@ def _laplace_then_gan(registry):
     return compose("laplace+dpgan", Composition(parts=(("laplace", LaplaceAccountant), ("dpgan", DpganAccountant)), answers={
         "epsilon": (("laplace", "epsilon"), ("dpgan", "epsilon")),
         "private_records_epsilon": (("laplace", "epsilon"), ("dpgan", "epsilon")),
-    }), scope="record", adjacency="add/remove one private record", doc="test", registry=registry)
+    }), scope="record", adjacency="add/remove one private record", covers=COVERS_STUDENT, doc="test", registry=registry)
 
 
 def test_a_new_composition_is_one_declaration():
@@ -75,7 +76,7 @@ def test_a_new_composition_is_one_declaration():
     assert eps["epsilon"] == eps["basic_composition_half_delta_each"] == pytest.approx(0.25 + gan.epsilon(delta=DELTA / 2), rel=1e-12)
     assert acc.record_level_epsilon(delta=DELTA) == acc.private_records_epsilon(delta=DELTA) == eps["epsilon"]  # record-level headline
     assert acc.replace_one_epsilon(delta=DELTA) is None and acc.per_image_epsilon(delta=DELTA, max_rows=3) is None
-    assert acc.guarantee_keys() == () and acc.cross_check(delta=DELTA) is None
+    assert acc.guarantee_keys() == () and acc.cross_check(delta=DELTA) is None and acc.covers == tuple(COVERS_STUDENT)
     replayed = cls().load_state_dict(acc.state_dict())
     assert replayed.epsilons(delta=DELTA) == eps
     with pytest.raises(ValueError, match="cannot account for"):
@@ -87,11 +88,11 @@ def test_a_composition_refuses_parts_that_share_a_mechanism_or_more_than_two_ter
 
     with pytest.raises(ValueError, match="same mechanism"):
         compose("x", Composition(parts=(("a", DpsgdAccountant), ("b", DpganAccountant)), answers={"epsilon": (("a", "epsilon"),)}),
-                scope="record", adjacency="-", doc="", registry=Registry("accountant"))
+                scope="record", adjacency="-", covers=COVERS_STUDENT, doc="", registry=Registry("accountant"))
     three = (("a", "epsilon"), ("b", "epsilon"), ("a", "epsilon"))
     with pytest.raises(ValueError, match="two terms"):
         compose("y", Composition(parts=(("a", LaplaceAccountant), ("b", PknnAccountant)), answers={"epsilon": three}),
-                scope="record", adjacency="-", doc="", registry=Registry("accountant"))
+                scope="record", adjacency="-", covers=COVERS_STUDENT, doc="", registry=Registry("accountant"))
 
 
 def test_a_composed_state_must_carry_its_parts_settings():

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from ..errors import DpconvertError
 from ..registry import Registry
+from .statements import COVERS_DATA, COVERS_STUDENT, COVERS_STUDENT_AND_LABELS
 from .adjacency import ADJACENCY_GENERATOR_PKNN, ADJACENCY_QUERY, ADJACENCY_RECORD, ADJACENCY_RECORD_COMPOSED, ADJACENCY_RECORD_DISJOINT, ADJACENCY_QUERY_GAN_QUERIES  # noqa: F401  (one definition, used by plans and cards)
 
 
@@ -37,6 +38,8 @@ class Accountant(ABC):
     # The guarantee this accountant proves: what a card built from its events must say (audit derives it from here).
     scope: str = ""
     adjacency: str = ""
+    covers: ClassVar[tuple[str, ...]] = ()  # the guarantee.covers a card of these events states (never wider)
+    caveats: ClassVar[tuple[str, ...]] = ()  # what such a card must keep in not_covered beyond the standing caveats
 
     def record(self, mechanism: str, *, count: int = 1, **params: Any) -> None:
         if mechanism not in self.mechanisms:
@@ -153,6 +156,7 @@ class DpdfdAccountant(Accountant):
     mechanisms: tuple[str, ...] = ("normalised_gaussian_release",)
     scope: str = "query"
     adjacency: str = ADJACENCY_QUERY
+    covers: ClassVar[tuple[str, ...]] = tuple(COVERS_STUDENT)
 
     def _multiplier(self, scope: str) -> float:
         from . import dpdfd
@@ -310,6 +314,7 @@ class PknnAccountant(Accountant):
     mechanisms: tuple[str, ...] = ("pknn_screening", "pknn_argmax")
     scope: str = "record"
     adjacency: str = ADJACENCY_RECORD
+    covers: ClassVar[tuple[str, ...]] = tuple(COVERS_STUDENT_AND_LABELS)
 
     def epsilons(self, *, delta: float, with_pld: bool = True) -> dict[str, float]:
         from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
@@ -369,6 +374,7 @@ class DpsgdAccountant(Accountant):
     mechanisms: tuple[str, ...] = ("gaussian_count", "subsampled_gaussian")
     scope: str = "record"
     adjacency: str = ADJACENCY_RECORD
+    covers: ClassVar[tuple[str, ...]] = tuple(COVERS_STUDENT)
 
     def terms(self) -> list:
         return [(e.params["sigma"], e.count, e.params["sampling_rate"] if e.mechanism == "subsampled_gaussian" else None) for e in self.events]
@@ -395,6 +401,7 @@ class LaplaceAccountant(Accountant):
     mechanisms: tuple[str, ...] = ("laplace",)
     scope: str = "record"
     adjacency: str = ADJACENCY_RECORD
+    covers: ClassVar[tuple[str, ...]] = tuple(COVERS_STUDENT)
 
     def epsilons(self, *, delta: float = 0.0) -> dict[str, float]:
         eps = sum(e.count * e.params["l1_sensitivity"] / e.params["scale"] if e.params["scale"] > 0 else math.inf for e in self.events)
@@ -413,6 +420,7 @@ class DpganAccountant(DpsgdAccountant):
 
     name: str = "dpgan"
     mechanisms: tuple[str, ...] = ("subsampled_gaussian",)
+    covers: ClassVar[tuple[str, ...]] = tuple(COVERS_DATA)  # its own card is a data card (`dpconvert synth`)
 
     def rdp(self, orders) -> "object":
         """The RDP curve at ``orders`` (for a joint RDP composition with other mechanisms)."""

@@ -19,6 +19,7 @@ from typing import ClassVar, Optional
 
 from .accountant import ACCOUNTANTS, Accountant, DpdfdAccountant, DpganAccountant, PerAnswerDpdfdAccountant, PknnAccountant
 from .adjacency import ADJACENCY_GENERATOR_PKNN, ADJACENCY_QUERY_GAN_QUERIES, ADJACENCY_RECORD_COMPOSED
+from .statements import COVERS_STUDENT, COVERS_STUDENT_AND_LABELS, NOT_COVERED_GAN_QUERIES
 
 Term = tuple[str, str]  # (part label, the question asked of that part)
 
@@ -146,7 +147,8 @@ def _extra_state(state: dict) -> dict:
     return {k: v for k, v in state.items() if k not in ("accountant", "events")}
 
 
-def compose(name: str, composition: Composition, *, scope: str, adjacency: str, doc: str, registry=ACCOUNTANTS) -> type:
+def compose(name: str, composition: Composition, *, scope: str, adjacency: str, covers: list, doc: str, caveats: tuple = (),
+            registry=ACCOUNTANTS) -> type:
     """Register the composition as the accountant ``name`` in ``registry`` (its parts' mechanisms must not overlap:
     each event belongs to one part)."""
     mechanisms = tuple(m for _, cls in composition.parts for m in cls.mechanisms)
@@ -157,6 +159,7 @@ def compose(name: str, composition: Composition, *, scope: str, adjacency: str, 
     cls = dataclass(type(name, (ComposedAccountant,), {
         "__doc__": doc, "__annotations__": {"name": str, "mechanisms": tuple, "scope": str, "adjacency": str},
         "name": name, "mechanisms": mechanisms, "scope": scope, "adjacency": adjacency, "composition": composition}))
+    cls.covers, cls.caveats = tuple(covers), tuple(caveats)  # what its cards state (ClassVars: not dataclass fields)
     return registry.register(name)(cls)
 
 
@@ -167,7 +170,7 @@ GeneratorPknnAccountant = compose(
         "record_level_epsilon": (("dpdfd_generator", "record_level_epsilon"), ("pknn", "epsilon")),
         "private_records_epsilon": (("pknn", "epsilon"),),  # the generator is post-processing of the teacher's answers
     }),
-    scope="query", adjacency=ADJACENCY_GENERATOR_PKNN,
+    scope="query", adjacency=ADJACENCY_GENERATOR_PKNN, covers=COVERS_STUDENT_AND_LABELS,
     doc="""Private-kNN labels on queries drawn from a DPDFD-trained generator: the generator's cost is its DPDFD run's
     events (replayed from the saved generator), the labels' the Private-kNN events; headline query-level (the DPDFD part
     is only query-level), its record-level worst case uses the DPDFD worst case.""")
@@ -178,7 +181,7 @@ DpganPknnAccountant = compose(
         "epsilon": (("dpgan", "epsilon"), ("pknn", "epsilon")),
         "private_records_epsilon": (("dpgan", "epsilon"), ("pknn", "epsilon")),
     }, joint_rdp=True),
-    scope="record", adjacency=ADJACENCY_RECORD_COMPOSED,
+    scope="record", adjacency=ADJACENCY_RECORD_COMPOSED, covers=COVERS_STUDENT_AND_LABELS,
     doc="""Private-kNN labels on queries from a DP-critic GAN trained on the same private data: both parts
     record-level, so besides basic composition one RDP composition of the critic steps with the Private-kNN events
     (Theorem-7 screening RDP + subsampled argmax RDP) holds, converted once at δ; the smaller is reported.""")
@@ -196,6 +199,6 @@ DpganDpdfdAccountant = compose(
         # a record may also change the teacher arbitrarily: every DPDFD row may move, besides the critic
         "record_level_epsilon": (("dpdfd", "record_level_epsilon"), ("dpgan", "epsilon")),
     }),
-    scope="query", adjacency=ADJACENCY_QUERY_GAN_QUERIES,
+    scope="query", adjacency=ADJACENCY_QUERY_GAN_QUERIES, covers=COVERS_STUDENT, caveats=(NOT_COVERED_GAN_QUERIES,),
     doc="""DPDFD (per answer) whose queries are samples of a GAN with a DP critic trained on private records: the
     headline is the per-answer DPDFD bound, the queries' record-level ε the critic's, the record-level worst case both.""")

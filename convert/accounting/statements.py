@@ -22,12 +22,6 @@ COVERS_STUDENT_AND_LABELS = ["the released student model (weights and graph in t
                              "any later use of the student (post-processing)"]
 COVERS_DATA = ["the synthetic data set in this file and its sample grid", "any later use of them (post-processing)"]
 
-# Each accountant's card may claim exactly one of these coverage lists (a data card: COVERS_DATA).
-COVERS = {"dpdfd": [COVERS_STUDENT], "dpdfd_per_answer": [COVERS_STUDENT], "dpdfd_disjoint_teachers": [COVERS_STUDENT],
-          "dpdfd_per_answer+dpgan": [COVERS_STUDENT],
-          "pknn": [COVERS_STUDENT_AND_LABELS], "pknn+dpdfd_generator": [COVERS_STUDENT_AND_LABELS],
-          "pknn+dpgan": [COVERS_STUDENT_AND_LABELS], "dpsgd": [COVERS_STUDENT], "laplace": [COVERS_STUDENT], "dpgan": [COVERS_DATA]}
-
 SEEDED_WARNING = ("the DP noise and subsampling were drawn from a stream seeded with `seed` (`seeded_noise`): anyone who knows the "
                   "seed can regenerate them and subtract the noise, so this ε holds only against an adversary who does not; "
                   "convert without `seeded_noise` for a release")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
-from dpconvert.accounting.statements import (COVERS, NO_NOISE_WARNING, NOT_COVERED, NOT_COVERED_DATA, NOT_COVERED_GAN_QUERIES, NOT_COVERED_PUBLIC_IMAGES,
+from dpconvert.accounting.statements import (NO_NOISE_WARNING, NOT_COVERED, NOT_COVERED_DATA, NOT_COVERED_PUBLIC_IMAGES,
                                               PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1, SEEDED_WARNING, WEAK_PARITY_PREFIX)
 from dpconvert.accounting.statements import DELTA_CEILING, EX_POST_WARNING, LARGE_DELTA_PREFIX
 from dpconvert.accounting.accountant import GUARANTEE_QUESTIONS
@@ -194,13 +194,12 @@ def _check_statements(p: Problems, accountant, data: dict) -> None:
     """What the guarantee covers is what these events cover (never widened), and every standing caveat is kept."""
     g = data.get("guarantee") or {}
     is_data = "data" in data and "model" not in data
-    p.check(g.get("covers") in COVERS.get(accountant.name, []), "guarantee.covers",
-            f"not what {accountant.name!r} events cover (edited): expected {' or '.join(map(repr, COVERS.get(accountant.name, [])))}")
+    p.check(g.get("covers") == list(accountant.covers), "guarantee.covers",
+            f"not what {accountant.name!r} events cover (edited): expected {list(accountant.covers)!r}")
     required = list(NOT_COVERED_DATA if is_data else NOT_COVERED)
     if (data.get("mechanism") or {}).get("public_images") is not None:
         required.append(NOT_COVERED_PUBLIC_IMAGES)
-    if accountant.name == "dpdfd_per_answer+dpgan":
-        required.append(NOT_COVERED_GAN_QUERIES)
+    required += list(accountant.caveats)
     kept = g.get("not_covered") if isinstance(g.get("not_covered"), list) else []
     missing = [s for s in required if s not in kept]
     p.check(not missing, "guarantee.not_covered", f"drops {missing[0]!r}" if missing else "")

@@ -1,8 +1,9 @@
 """Methods behind a registry, one module each: ``dpdfd`` (query-level, data-free) and ``pknn`` (record-level).
 
 A method is a ``base.Method``: its options dataclass (the real defaults), ``check`` (option combinations, before
-anything is loaded), ``run`` (plan → mechanism → student) and the card blocks describing what ran. Adding a method
-is adding one module here that ends with ``@register``.
+anything is loaded), ``run`` (plan → mechanism → student), its card name and the card blocks describing what ran.
+Adding a method is adding one module that registers it (and its accountant and card check when they are new):
+``tests/test_add_a_method.py`` does it from a test module.
 """
 
 from __future__ import annotations

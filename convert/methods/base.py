@@ -44,6 +44,13 @@ class Method(ABC):
     name: ClassVar[str]
     Options: ClassVar[type]
     summary: ClassVar[str]  # one line for `--method auto`'s explanation and the docs
+    card_name: ClassVar[str]  # the card's mechanism.method (what the card schema dispatches mechanism.config on)
+
+    @classmethod
+    def config_class(cls) -> type:
+        """The dataclass whose fields make up the card's ``mechanism.config`` (the options, unless the method writes a
+        resolved configuration instead)."""
+        return cls.Options
     distributed: ClassVar[bool] = False  # runs under torchrun across processes (convert/distributed.py)
     noise_free: ClassVar[bool] = False  # has a noise-free mode (`no_privacy`: a non-private student for comparison)
     several_teachers: ClassVar[bool] = False  # distils several teachers at once

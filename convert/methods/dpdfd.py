@@ -54,6 +54,13 @@ class Dpdfd(Method):
     name = "dpdfd"
     Options = DpdfdOptions
     summary = "data-free DPDFD (query-level)"
+    card_name = "dpdfd"
+
+    @classmethod
+    def config_class(cls) -> type:
+        from dpconvert.distill.config import DpdfdConfig
+
+        return DpdfdConfig  # the engine's resolved settings (batch size, student data, …), not the options
     distributed = True
 
     def check_distributed(self, run, opts: DpdfdOptions) -> None:
@@ -339,7 +346,7 @@ class Dpdfd(Method):
 
     def _mechanism_block(self, run, opts: DpdfdOptions, plan: dict, cfg, noise_info: dict, source: str, generator, teacher_members) -> dict:
         return {
-            "method": "dpdfd",
+            "method": self.card_name,
             "sigma": plan["sigma"], "clip": opts.clip, "batch_size": plan["batch_size"], "releases": opts.releases,
             "distill_loss": cfg.distill_loss, **noise_info,
             **({"teachers": len(teacher_members), "disjoint_partitions": bool(opts.disjoint_partitions)} if len(teacher_members) > 1 else {}),
