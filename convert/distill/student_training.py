@@ -57,19 +57,21 @@ class StudentTrainer:
             self.progress.epoch_done()
         return total / max(n, 1)
 
-    def score_targets(self, loglik: torch.Tensor, mech) -> torch.Tensor:
-        """Unbiased label scores λ·⟨g̃, ḡ_c⟩/C² (centred): E = λ⟨ḡ_t, ḡ_c⟩/C², maximal at the teacher label."""
-        y = loglik * mech.sigma**2 if mech.sigma > 0 else (loglik == 0).float()
+    def score_targets(self, loglik: torch.Tensor) -> torch.Tensor:
+        """Unbiased label scores λ·⟨g̃, ḡ_c⟩/C² (centred): E = λ⟨ḡ_t, ḡ_c⟩/C², maximal at the teacher label (σ: the
+        release's multiplier, from the engine's settings like every other number the trainer uses)."""
+        sigma = self.cfg.sigma
+        y = loglik * sigma**2 if sigma > 0 else (loglik == 0).float()
         y = self.cfg.score_scale * y
         return y - y.mean(1, keepdim=True)
 
-    def _row_loss(self, out: torch.Tensor, y: torch.Tensor, mech) -> torch.Tensor:
+    def _row_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.cfg.student_target == "score":
-            return 0.5 * (out - out.mean(1, keepdim=True) - self.score_targets(y, mech)).pow(2).sum(1).mean()
+            return 0.5 * (out - out.mean(1, keepdim=True) - self.score_targets(y)).pow(2).sum(1).mean()
         # the released y_s (Algorithm 1 line 11, L_S = ½‖s − y_s‖²) compared shift-invariantly: the noise's common shift is not fitted
         return 0.5 * (out - out.mean(1, keepdim=True) - (y - y.mean(1, keepdim=True))).pow(2).sum(1).mean()
 
-    def on_rows(self, x: torch.Tensor, y: torch.Tensor, render: Callable, mech, round_name: str, epochs: Optional[int] = None) -> float:
+    def on_rows(self, x: torch.Tensor, y: torch.Tensor, render: Callable, round_name: str, epochs: Optional[int] = None) -> float:
         """Every released pair, ``epochs`` passes (x: the inputs, or the prior's z that ``render`` turns into them)."""
         cfg = self.cfg
         self.student.module.train()
@@ -81,7 +83,7 @@ class StudentTrainer:
             for idx, scale in self.world.minibatches(torch.randperm(len(x), generator=self.rng), cfg.minibatch):
                 self._set_lr(cosine_lr(cfg.student_lr, n, steps))
                 out = self.student.fit_forward(render(x[idx]))
-                total, n = total + self._step(self._row_loss(out, y[idx], mech), scale), n + 1
+                total, n = total + self._step(self._row_loss(out, y[idx]), scale), n + 1
                 self.progress.advance(len(idx) * self.world.size)  # the whole minibatch (each rank trains on its part)
             self.progress.epoch_done()
         return total / max(n, 1)

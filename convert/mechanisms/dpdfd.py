@@ -1,18 +1,15 @@
 """DPDFD: differentially private data-free distillation ("Differentially Private Data-Free Distillation", Algorithm 1).
 
-The only teacher information that leaves this module's release step is the
-output of ``NormalisedGaussianRelease``: per-row normalised, Gaussian-noised
-gradients of L_T w.r.t. the student logits. Everything after it — the student
-update, replaying released (x, y_s) pairs, the generator update against the
-student — is post-processing (docs/methods.md) and lives in ``convert/distill/``. The teacher
-is only ever called forward, under ``torch.inference_mode()``.
+The only teacher information that leaves this module's release step is the output of ``NormalisedGaussianRelease``:
+per-row normalised, Gaussian-noised gradients of L_T w.r.t. the student logits. Everything after it — the student
+update, replaying released (x, y_s) pairs, the generator update against the student — is post-processing
+(docs/methods.md) and lives in ``convert/distill/``. The teacher is only ever called forward, under
+``torch.inference_mode()``.
 
-A round = one noisy release of ``batch_size`` rows (one accountant event),
-followed by ``student_epochs`` passes of the student over every pair released
-so far and ``generator_steps`` generator updates with the student as a fixed
-discriminator. ε depends on σ and the number of releases only; the batch size
-and the replay are free for the query-level guarantee (the record-level worst
-case grows with √B: the card shows it).
+A round = one noisy release of ``batch_size`` rows (one accountant event), followed by ``student_epochs`` passes of
+the student over every pair released so far and ``generator_steps`` generator updates with the student as a fixed
+discriminator. ε depends on σ and the number of releases only; the batch size and the replay are free for the
+query-level guarantee (the record-level worst case grows with √B: the card shows it).
 """
 
 from __future__ import annotations
@@ -277,7 +274,7 @@ class Dpdfd:
             idx, targets = self.denoised_source_targets()
             return self.trainer.on_sources(idx, targets.to(self.device), self.prior.augment, self.prior.nz, self._round_name)
         x, y = joined(self.buffer_x), joined(self.buffer_y)  # x: z of the prior's inputs with store_z
-        return self.trainer.on_rows(x, y, self._render, self.mechanism, self._round_name, epochs)
+        return self.trainer.on_rows(x, y, self._render, self._round_name, epochs)
 
     def _query_sample(self, n: int) -> torch.Tensor:
         """Up to n of the released queries, evenly spaced, as student logits (for the logit adjustment)."""
@@ -347,6 +344,8 @@ class Dpdfd:
         with torch.inference_mode(), self.model.autocast():
             self.teacher(x[:2])  # warm-up: lazy initialisation is not throughput
             teacher = median_seconds(lambda: self.teacher(x)) / n
+        with torch.no_grad():  # the teacher phase also renders each row again (from z) and runs the student on it
+            teacher += median_seconds(lambda: self.model(x)) / n + (render if self.store_z else 0.0)
         twin = StudentModel(copy.deepcopy(self.student).train(), self.device, cfg.amp, LOCAL)
         opt = torch.optim.Adam(twin.module.parameters(), lr=0.0)
         size = min(self.chunk, cfg.source_minibatch if cfg.student_data == "sources" else cfg.minibatch)
