@@ -33,16 +33,11 @@ import torch.nn.functional as F
 def clean_targets(teacher, prior_name: str, spec, n: int, views: int, seed: int, cache: Path):
     """(fixed prior images, their clean per-image targets γ·mean of the normalised rows over ``views`` views)."""
     from dpconvert.distill.config import DpdfdConfig
-    from dpconvert.generators import create_generator
-    from dpconvert.generators.public_images import PublicImageSource
-    from dpconvert.seeds import stream
+    from dpconvert.methods.dpdfd_options import DpdfdOptions, fixed_prior_images
+    from dpconvert.options import RunOptions
 
     path = cache / f"{Path(teacher.source).stem}_{prior_name}_{n}_{views}_{seed}.pt"
-    base = create_generator(prior_name, spec)
-    z = torch.randn(n, base.nz, generator=stream("prior_images", seed))
-    with torch.no_grad():
-        images = torch.cat([base(c) for c in z.split(4096)])
-    source = PublicImageSource(images, mix_prob=0.0, public=False)
+    source, _ = fixed_prior_images(RunOptions(seed=seed), DpdfdOptions(prior=prior_name), spec, n)  # the product's own images
     if path.exists():
         return source, torch.load(path)
     g = torch.Generator().manual_seed(seed + 77)
