@@ -50,7 +50,7 @@ def release_card(*, identity: dict, accountant, delta: float, target: Optional[f
         "guarantee": guarantee_block(accountant, delta, claims),
         "accounting": accounting_block(accountant, delta, claims),
         "mechanism": mechanism,
-        **{k: v for k, v in rest.items() if k != "warnings"},
+        **rest,
         "warnings": list(warnings) + large_delta_warnings(delta),
     }).validate(what)
     if signing_key is not None:
