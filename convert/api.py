@@ -5,7 +5,7 @@
     r.card.epsilon, r.out
     dpconvert.convert("builtin:digits", out="s.onnx", noise_multiplier=5)          # ε computed from σ
     dpconvert.convert("teacher.safetensors", out="s.onnx", method="pknn", private_data="train/", public_data="pub.npz")
-    dpconvert.plan("dpdfd", eps=1, input_size=(1, 8, 8))["sigma"]   # what convert runs for an 8×8 teacher
+    dpconvert.plan("dpdfd", eps=1, input_size=(1, 8, 8)).sigma      # what convert runs for an 8×8 teacher
     [m.passed for m in dpconvert.audit(["models/"], max_eps=2)]
 
 Errors are ``DpconvertError`` with one line that names the parameter to fix (in backticks).
@@ -16,11 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from .accounting.plans import Plan
 from .options import RunOptions, resolve_device
 
 
 def convert(teacher: str | Sequence[str], *, out: str | Path, device: str = "cpu", loader=None,
-            on_plan: Optional[Callable[[dict], None]] = None, on_progress: Optional[Callable[[dict], None]] = None, **options):
+            on_plan: Optional[Callable[[Plan], None]] = None, on_progress: Optional[Callable[[dict], None]] = None, **options):
     """Convert ``teacher`` into a DP student at ``out`` (ONNX) with its privacy card; returns a ``ConvertResult``.
 
     ``teacher``: a file (.pt/.pth/.pt2/.safetensors/.onnx), ``timm:NAME`` or ``builtin:digits``; or a list of several
@@ -72,9 +73,10 @@ def convert(teacher: str | Sequence[str], *, out: str | Path, device: str = "cpu
 def plan(method: Optional[str] = None, *, eps: Optional[float] = None, delta: Optional[float] = None, noise_multiplier: Optional[float] = None,
          n: Optional[int] = None, input_size: tuple[int, int, int] = (1, 28, 28), num_classes: int = 10, queries: Optional[int] = None,
          answered: Optional[int] = None, device: str = "cpu", teacher_card: Optional[str] = None, private_data_is_not_teacher_data: bool = False,
-         **method_options) -> dict:
+         **method_options) -> Plan:
     """The privacy plan of a conversion (``method``: a registered method's name; None: the data-free one): σ for a target ε (or ε for a given σ), ε by every accountant, the record-level
-    worst case — computed by the same method object ``convert`` runs, so the plan is the run's.
+    worst case — computed by the same method object ``convert`` runs, so the plan is the run's. A typed ``Plan``
+    (``accounting/plans.py``: ``.epsilon``, ``.sigma``, …; ``.to_dict()`` is what ``dpconvert plan --json`` prints).
 
     ``method_options`` are the method's own options, as ``convert`` takes them (``DpdfdOptions``: releases,
     batch_size, accounting, …; ``PknnOptions``: k, sampling_rate, sigma1, threshold, sigma2, queries, …;
@@ -87,6 +89,8 @@ def plan(method: Optional[str] = None, *, eps: Optional[float] = None, delta: Op
     (``teacher_records``: its guarantee, composed with this run's where the run reads private records itself, unless
     ``private_data_is_not_teacher_data``), as the card of the conversion will.
     """
+    import dataclasses
+
     from .errors import DpconvertError
     from .io.spec import InputSpec
     from .methods import DATA_FREE_METHOD, METHODS
@@ -105,7 +109,8 @@ def plan(method: Optional[str] = None, *, eps: Optional[float] = None, delta: Op
         from .zoo_cards import PrivacyCard
 
         card, eps_t = verify_teacher_card(PrivacyCard.read(teacher_card).data, None)  # the graph is bound when convert loads the teacher
-        result["teacher_records"] = planned_records(card, eps_t, result, m.reads_private_records(opts), private_data_is_not_teacher_data)
+        result = dataclasses.replace(result, teacher_records=planned_records(card, eps_t, result, m.reads_private_records(opts),
+                                                                           private_data_is_not_teacher_data))
     return result
 
 

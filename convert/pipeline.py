@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
+from .accounting.plans import Plan
 from .errors import DpconvertError
 from .methods import METHODS, MethodOutput, choose_method
 from .options import RunOptions
@@ -53,7 +54,7 @@ def check_output_path(out: Path, force: bool = False) -> Path:
 
 
 def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: RunOptions, method_options=None, *, load_options=None,
-                   on_plan: Optional[Callable[[dict], None]] = None, on_progress: Optional[Callable[[dict], None]] = None) -> ConvertResult:
+                   on_plan: Optional[Callable[[Plan], None]] = None, on_progress: Optional[Callable[[dict], None]] = None) -> ConvertResult:
     """``method_options``: the method's options object, or a dict of them (checked by the method). Under torchrun
     every rank runs this; rank 0 alone evaluates and writes the outputs, and the other ranks return None.
     ``teacher_source``: one teacher, or several (files, folders, list files) whose rows DPDFD averages."""
@@ -94,8 +95,8 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
             with phase("load data"):
                 eval_ds = load_data(run.eval_data, teacher.spec, require_labels=True, **run.data_format())
         shape = "x".join(map(str, teacher.spec.shape))
-        relay_plan = (lambda plan: on_plan(_with_teacher_records({**plan, "method_choice": reason, "teacher_input": f"{shape}, "
-                                                                   f"{teacher.spec.num_classes} classes"}, inherited, run))) if on_plan else None
+        relay_plan = (lambda plan: on_plan(_with_teacher_records(replace(plan, method_choice=reason, teacher_input=f"{shape}, "
+                                                                         f"{teacher.spec.num_classes} classes"), inherited, run))) if on_plan else None
         from dpconvert.context import RunContext
 
         result = method.run(RunContext.build(run, teacher.spec, world), opts, teacher, relay_plan, on_progress)
@@ -216,13 +217,13 @@ def _inherited_block(teacher_card: tuple[dict, float], r: MethodOutput, run: Run
                            not_teacher_data=run.private_data_is_not_teacher_data)
 
 
-def _with_teacher_records(plan: dict, teacher_card: Optional[tuple[dict, float]], run: RunOptions) -> dict:
+def _with_teacher_records(plan: Plan, teacher_card: Optional[tuple[dict, float]], run: RunOptions) -> Plan:
     """The plan, with what holds for the teacher's training records when the teacher carries a DP guarantee."""
     if teacher_card is None:
         return plan
     from dpconvert.auditing.teacher_guarantee import planned_records
 
-    return {**plan, "teacher_records": planned_records(*teacher_card, plan, run.private_data is not None, run.private_data_is_not_teacher_data)}
+    return replace(plan, teacher_records=planned_records(*teacher_card, plan, run.private_data is not None, run.private_data_is_not_teacher_data))
 
 
 def _as_list(source) -> list:

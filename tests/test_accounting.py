@@ -113,7 +113,7 @@ def test_mnist_configuration_of_the_original_code():
     ε_RDP = 0.9666 (< 0.97, the RDP value with Gaussian screening). The PLD bound
     with Gaussian screening gives 0.8858; the reported ε is the minimum.
     """
-    plan = pknn.PknnPlan(300, 0.15, 75.0, 180.0, 25.0, 10, 1000, 735)
+    plan = pknn.PknnParams(300, 0.15, 75.0, 180.0, 25.0, 10, 1000, 735)
     eps = pknn.epsilons(plan, 1e-5)
     assert eps["rdp_theorem7_autodp"] == pytest.approx(0.9666, abs=5e-4)
     assert eps["rdp_theorem7_autodp"] < 0.97
@@ -123,7 +123,7 @@ def test_mnist_configuration_of_the_original_code():
 
 @pytest.mark.slow
 def test_pknn_sigma2_calibration_never_overshoots():
-    plan = pknn.PknnPlan(300, 0.15, 75.0, 180.0, 1.0, 10, 1000, 735)
+    plan = pknn.PknnParams(300, 0.15, 75.0, 180.0, 1.0, 10, 1000, 735)
     for target in (0.9, 1.5, 3.0):
         from dataclasses import replace
 
@@ -135,7 +135,7 @@ def test_pknn_sigma2_calibration_never_overshoots():
 
 
 def test_pknn_impossible_plan():
-    plan = pknn.PknnPlan(300, 0.15, 5.0, 180.0, 1.0, 10, 10000, 10)
+    plan = pknn.PknnParams(300, 0.15, 5.0, 180.0, 1.0, 10, 10000, 10)
     with pytest.raises(DpconvertError, match="screening alone"):
         calibrate.pknn_sigma2(plan, eps=0.5, delta=1e-5)
 

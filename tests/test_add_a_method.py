@@ -16,6 +16,7 @@ import torch
 from dpconvert.accounting import ACCOUNTANTS, Accountant, gaussian
 from dpconvert.accounting.adjacency import ADJACENCY_RECORD
 from dpconvert.accounting.calibrate import smallest_sigma
+from dpconvert.accounting.plans import Plan
 from dpconvert.accounting.statements import COVERS_STUDENT
 from dpconvert.auditing.card_checks import CHECKS
 from dpconvert.methods import METHODS
@@ -50,6 +51,14 @@ def check_noisy_means(p, accountant, data: dict) -> None:
     p.check(len(sigmas) == 1 and m.get("sigma") == sigmas[0], "mechanism.sigma", f"{m.get('sigma')!r} disagrees with the events {sigmas}")
 
 
+@dataclass(kw_only=True)
+class NoisyMeansPlan(Plan):
+    sigma: float
+
+    def mechanism_rows(self) -> list:
+        return [("noise multiplier σ", f"{self.sigma:.4f}")]
+
+
 @dataclass
 class NoisyMeansOptions:
     clip: float = option(1.0, help="Per-record L2 norm bound C (records are scaled down to it).")
@@ -75,11 +84,11 @@ class NoisyClassMeans(Method):
     summary = "record-level Gaussian noisy class means (a test's method)"
     card_name = "noisy-class-means-test"
 
-    def plan(self, run, opts, spec, queries=None) -> dict:
+    def plan(self, run, opts, spec, queries=None) -> NoisyMeansPlan:
         sigma = smallest_sigma(lambda s: gaussian.epsilon(run.delta, s), run.eps)
         eps = gaussian.epsilon(run.delta, sigma)
-        return {"sigma": sigma, "epsilon": eps, "delta": run.delta, "calibrated": True, "target_epsilon": run.eps,
-                "accountants": {"analytic_gaussian": eps}, "scope": "record", "adjacency": ADJACENCY_RECORD}
+        return NoisyMeansPlan(method=self.name, sigma=sigma, epsilon=eps, delta=run.delta, calibrated=True, target_epsilon=run.eps,
+                              accountants={"analytic_gaussian": eps}, scope="record", adjacency=ADJACENCY_RECORD)
 
     def run(self, ctx, opts, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         spec, plan = teacher.spec, self.plan(ctx.run, opts, teacher.spec)
@@ -91,15 +100,15 @@ class NoisyClassMeans(Method):
         onehot = torch.nn.functional.one_hot(data.y.long(), spec.num_classes).float()
         # one record moves one class row by (x, C): L2 sensitivity C·√2, so noise std σ·C·√2 is a Gaussian of multiplier σ
         stats = torch.cat([onehot.T @ x, opts.clip * onehot.sum(0)[:, None]], 1)
-        noisy = stats + torch.randn(stats.shape, generator=ctx.noise.generator) * plan["sigma"] * opts.clip * math.sqrt(2)
+        noisy = stats + torch.randn(stats.shape, generator=ctx.noise.generator) * plan.sigma * opts.clip * math.sqrt(2)
         accountant = NoisyMeansAccountant()
-        accountant.record("gaussian_release", sigma=plan["sigma"])
+        accountant.record("gaussian_release", sigma=plan.sigma)
         means = noisy[:, :-1] / (noisy[:, -1:] / opts.clip).clamp(min=1.0)
         return MethodOutput(
             student=NearestMean(means, opts.clip), student_name="nearest_mean", probe=noise_probe(spec, ctx.run), rounds=[],
             warnings=list(ctx.noise.warnings), accountant=accountant, delta=ctx.run.delta,
             claims=Claims(covers=list(COVERS_STUDENT), not_covered=list(NOT_COVERED), calibrated=True, target_epsilon=ctx.run.eps),
-            mechanism={"method": self.card_name, "sigma": plan["sigma"], "clip": opts.clip, **ctx.noise.card_fields,
+            mechanism={"method": self.card_name, "sigma": plan.sigma, "clip": opts.clip, **ctx.noise.card_fields,
                        "config": {**asdict(opts), "seed": ctx.run.seed}})
 
 
@@ -131,7 +140,7 @@ def test_a_method_written_outside_the_package_runs_and_passes_the_audit(noisy_me
     g = card["guarantee"]
     assert card["mechanism"]["method"] == "noisy-class-means-test" and card["accounting"]["accountant"] == "noisy_means_test"
     assert g["scope"] == "record" and g["epsilon"] == pytest.approx(1.0, rel=1e-3) and g["record_level_epsilon"] == g["epsilon"]
-    assert plans and plans[0]["sigma"] == card["mechanism"]["sigma"]  # the plan printed is the run's
+    assert plans and plans[0].sigma == card["mechanism"]["sigma"]  # the plan printed is the run's
     assert card["utility"]["student_accuracy"] > 0.8, card["utility"]  # a useful student at ε = 1 on 8×8 digits (90.7 % here)
     assert result.card.data["guarantee"] == g
     code, outp, _ = cli("audit", out)

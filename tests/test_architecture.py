@@ -131,7 +131,7 @@ def test_python_api(tmp_path):
     r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", eps=1, batch_size=20000, epochs=1)
     assert r.out.exists() and r.card.epsilon <= 1 and r.method == "dpdfd"
     r = dpconvert.convert("builtin:digits", out=tmp_path / "n.onnx", noise_multiplier=5, batch_size=2000, epochs=1)
-    assert r.card.data["accounting"]["calibrated"] is False and r.card.epsilon == pytest.approx(dpconvert.plan("dpdfd", noise_multiplier=5, batch_size=2000, input_size=(1, 8, 8))["epsilon"])
+    assert r.card.data["accounting"]["calibrated"] is False and r.card.epsilon == pytest.approx(dpconvert.plan("dpdfd", noise_multiplier=5, batch_size=2000, input_size=(1, 8, 8)).epsilon)
     with pytest.raises(dpconvert.DpconvertError, match="`eps`.*`noise_multiplier`"):
         dpconvert.convert("builtin:digits", out=tmp_path / "x.onnx", eps=1, noise_multiplier=5)
     with pytest.raises(dpconvert.DpconvertError, match="`canaries` is not an option of method 'dpdfd'"):
@@ -307,3 +307,18 @@ def test_the_pipeline_and_the_api_name_no_method(module):
     text = (ROOT / "convert" / module).read_text()
     literals = {n.value for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     assert not literals & (set(METHODS.names()) | {"dpgan"})
+
+
+def test_a_plan_is_read_by_attribute_never_by_key():
+    """The plan is a typed dataclass (``accounting/plans.py``) from the method that makes it to the mechanism, the plan
+    table, the teacher's guarantee and the audit: no ``plan["…"]`` or ``plan.get("…")`` in the library."""
+    keyed = []
+    for folder in PACKAGES.values():
+        for path in sorted(folder.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                target = node.value if isinstance(node, ast.Subscript) else node.func.value if (
+                    isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get") else None
+                key = node.slice if isinstance(node, ast.Subscript) else (node.args[0] if isinstance(node, ast.Call) and node.args else None)
+                if isinstance(target, ast.Name) and "plan" in target.id and isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    keyed.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert keyed == []

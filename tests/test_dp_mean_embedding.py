@@ -139,10 +139,10 @@ def test_label_noise_is_calibrated_against_the_composed_bound():
     acc.record("subsampled_gaussian", sigma=9.04, clip=1.0, sampling_rate=1.0)
     run, opts = RunOptions(eps=1.0, delta=1e-5), PknnOptions(sigma1=80.0)
     _, plan = PrivateKnn()._joint_budget(run, opts, acc, 10, 5000)
-    assert 0.99 <= plan["epsilon"] <= 1.0 and plan["calibrated"]
+    assert 0.99 <= plan.epsilon <= 1.0 and plan.calibrated
     planned = DpganPknnAccountant(events=list(acc.events))
     planned.record("pknn_screening", count=5000, k=300, num_classes=10, sigma1=80.0, threshold=120.0, sampling_rate=0.1)
-    planned.record("pknn_argmax", count=5000, sigma2=plan["sigma2"], sampling_rate=0.1, num_classes=10)
+    planned.record("pknn_argmax", count=5000, sigma2=plan.sigma2, sampling_rate=0.1, num_classes=10)
     assert planned.epsilon(delta=1e-5) <= 1.0  # recomputed from the events, independently of the plan
     basic = PrivateKnn().label_plan(opts, 10, 1.0 - acc.parts()[0].epsilon(delta=5e-6), 5e-6, 5000)
-    assert plan["sigma2"] < basic["sigma2"]  # less label noise for the same guarantee
+    assert plan.sigma2 < basic.sigma2  # less label noise for the same guarantee

@@ -165,10 +165,10 @@ def test_dpsgd_takes_the_one_name_for_the_noise_level(tmp_path):
 
     a = dpconvert.plan("dpsgd", noise_multiplier=3.0, epochs=1)
     b = dpconvert.plan("dpsgd", eps=50, sigma=3.0, epochs=1)
-    assert a["sigma"] == b["sigma"] == 3.0 and a["epsilon"] == b["epsilon"] and a["calibrated"] is False
+    assert a.sigma == b.sigma == 3.0 and a.epsilon == b.epsilon and a.calibrated is False
     r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", method="dpsgd", private_data="builtin:digits:train", noise_multiplier=3.0,
                           epochs=1)
-    assert r.card.data["mechanism"]["sigma"] == 3.0 and r.card.epsilon == pytest.approx(a["epsilon"])
+    assert r.card.data["mechanism"]["sigma"] == 3.0 and r.card.epsilon == pytest.approx(a.epsilon)
     assert [m.passed for m in dpconvert.audit([str(r.out)])] == [True]
 
 

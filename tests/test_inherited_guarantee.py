@@ -46,7 +46,7 @@ def test_a_run_that_reads_private_records_composes_with_the_teachers_guarantee(d
     assert g["epsilon"] == pytest.approx(eps_t + eps_run) and g["epsilon"] > 1.9  # never the teacher's ε alone
     assert g["delta"] == pytest.approx(teacher["guarantee"]["delta"] + card["guarantee"]["delta"])
     assert g["run_reads_private_records"] is True and g["private_data_is_not_teacher_data"] is False
-    assert plan["teacher_records"]["epsilon"] == pytest.approx(g["epsilon"])  # the plan printed before the run is the card's
+    assert plan.teacher_records["epsilon"] == pytest.approx(g["epsilon"])  # the plan printed before the run is the card's
     md = Path(f"{out}.card.md").read_text()
     assert "plus this run's" in md and "so that guarantee holds for it too" not in md
     assert cli("audit", out)[0] == 0

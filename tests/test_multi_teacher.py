@@ -52,10 +52,10 @@ def test_plan_calibrates_sigma_to_the_record_level_target():
 
     for n, batch, eps in ((250, 10_000, 1.0), (50, 2000, 8.0)):
         plan = plan_dpdfd(eps=eps, delta=DELTA, steps=1, batch_size=batch, disjoint_teachers=n)
-        assert plan["epsilon"] == pytest.approx(eps, rel=1e-5) and plan["epsilon"] <= eps and plan["scope"] == "record"
-        a = _record(DisjointTeachersDpdfdAccountant(), plan["sigma"], batch, 1, n)
-        assert a.epsilon(delta=DELTA) == pytest.approx(plan["epsilon"], rel=1e-12)
-        assert plan["query_level_epsilon"] == pytest.approx(_record(PerAnswerDpdfdAccountant(), plan["sigma"], batch, 1, n).epsilon(delta=DELTA))
+        assert plan.epsilon == pytest.approx(eps, rel=1e-5) and plan.epsilon <= eps and plan.scope == "record"
+        a = _record(DisjointTeachersDpdfdAccountant(), plan.sigma, batch, 1, n)
+        assert a.epsilon(delta=DELTA) == pytest.approx(plan.epsilon, rel=1e-12)
+        assert plan.query_level_epsilon == pytest.approx(_record(PerAnswerDpdfdAccountant(), plan.sigma, batch, 1, n).epsilon(delta=DELTA))
 
 
 def test_one_teacher_replaced_moves_every_row_by_at_most_2C_over_n():

@@ -38,9 +38,9 @@ def test_plan_plans_what_convert_runs(method, tmp_path):
     card = r.card.data
     plan = dpconvert.plan(method, eps=eps, input_size=(1, 8, 8), queries=PUBLIC_DIGITS if method == "pknn" else None, **options)
     for plan_key, card_key in pairs:
-        assert plan[plan_key] == card["mechanism"][card_key], (plan_key, plan[plan_key], card["mechanism"][card_key])
-    assert plan["delta"] == card["guarantee"]["delta"]
-    assert card["guarantee"]["epsilon"] <= plan["epsilon"] * (1 + 1e-9)  # realised ≤ planned (Private-kNN answers fewer)
+        assert getattr(plan, plan_key) == card["mechanism"][card_key], (plan_key, getattr(plan, plan_key), card["mechanism"][card_key])
+    assert plan.delta == card["guarantee"]["delta"]
+    assert card["guarantee"]["epsilon"] <= plan.epsilon * (1 + 1e-9)  # realised ≤ planned (Private-kNN answers fewer)
 
     # the card passes the audit, and the same card with its first noise parameter halved fails it
     from dpconvert.auditing.card_checks import check_card

@@ -53,7 +53,7 @@ def dpdfd_max_steps(*, eps: float, delta: float, sigma: float) -> int:
     return t
 
 
-def pknn_sigma2(plan: pknn.PknnPlan, *, eps: float, delta: float) -> float:
+def pknn_sigma2(plan: pknn.PknnParams, *, eps: float, delta: float) -> float:
     """σ2 (argmax noise) for a Private-kNN query plan: the smallest whose *reported* ε meets the target.
 
     The reported ε is the minimum over the valid bounds (Theorem-7 RDP and the

@@ -32,7 +32,7 @@ RDP_ORDERS: tuple[int, ...] = tuple(range(2, 65)) + (72, 80, 96, 128, 160, 192, 
 
 
 @dataclass(frozen=True)
-class PknnPlan:
+class PknnParams:
     k: int
     sampling_rate: float  # γ: each private record is kept independently with this probability
     sigma1: float  # screening noise
@@ -42,7 +42,7 @@ class PknnPlan:
     queries_asked: int
     queries_answered: int
 
-    def validate(self) -> "PknnPlan":
+    def validate(self) -> "PknnParams":
         from ..errors import DpconvertError
 
         if not 0 < self.sampling_rate <= 1:
@@ -83,7 +83,7 @@ def subsampled_argmax_rdp(sigma2: float, gamma: float) -> np.ndarray:
     return np.asarray(_compute_rdp_poisson_subsampled_gaussian(float(gamma), float(sigma2) / math.sqrt(2.0), RDP_ORDERS), dtype=float)
 
 
-def epsilon_rdp(plan: PknnPlan, delta: float) -> float:
+def epsilon_rdp(plan: PknnParams, delta: float) -> float:
     from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
     scr = np.asarray(subsampled_screening_rdp(plan.k, plan.num_classes, float(plan.sigma1), float(plan.threshold), float(plan.sampling_rate)))
@@ -92,7 +92,7 @@ def epsilon_rdp(plan: PknnPlan, delta: float) -> float:
     return float(eps)
 
 
-def epsilon_pld(plan: PknnPlan, delta: float) -> float:
+def epsilon_pld(plan: PknnParams, delta: float) -> float:
     """Screening as a Gaussian on the max count (sensitivity 1, σ1), the argmax as a Gaussian on the histogram
     (sensitivity √2, σ2), both Poisson-subsampled, composed in dp_accounting's PLD accountant."""
     from . import composition
@@ -108,7 +108,7 @@ def pld_terms(sigma1: float, sigma2: float, rate: float, screened: int, answered
     return [(sigma1, screened, rate), (sigma2 / math.sqrt(2.0), answered, rate)]
 
 
-def epsilons(plan: PknnPlan, delta: float, *, with_pld: bool = True) -> dict[str, float]:
+def epsilons(plan: PknnParams, delta: float, *, with_pld: bool = True) -> dict[str, float]:
     out = {"rdp_theorem7_autodp": epsilon_rdp(plan, delta)}
     if with_pld:
         out["pld_gaussian_screening"] = epsilon_pld(plan, delta)

@@ -59,10 +59,11 @@ def run_records_epsilon(accountant, delta: float) -> Optional[float]:
     return None if v is None else float(v)
 
 
-def planned_records(teacher_card: dict, teacher_epsilon: float, plan: dict, reads_private_records: bool, not_teacher_data: bool) -> dict:
+def planned_records(teacher_card: dict, teacher_epsilon: float, plan, reads_private_records: bool, not_teacher_data: bool) -> dict:
     """What ``plan`` prints for the teacher's training records before the run: the same derivation as the card, with
     the planned ε of the records the run reads (the GAN's own scope for DPDFD on GAN queries, else the headline, which
     for a query generator composed with Private-kNN is an upper bound of the labels' part)."""
-    eps_run = plan.get("queries_record_level_epsilon", plan["epsilon"]) if reads_private_records else None
-    b = guarantee_block(teacher_card, teacher_epsilon, run_records_epsilon=eps_run, run_delta=float(plan["delta"]), not_teacher_data=not_teacher_data)
+    own_scope = plan.queries_record_level_epsilon
+    eps_run = (plan.epsilon if own_scope is None else own_scope) if reads_private_records else None
+    b = guarantee_block(teacher_card, teacher_epsilon, run_records_epsilon=eps_run, run_delta=float(plan.delta), not_teacher_data=not_teacher_data)
     return {k: v for k, v in b.items() if k not in ("card", "adjacency", "accountant", "model_sha256", "scope")}

@@ -46,7 +46,7 @@ def _plan(values: dict) -> None:
     result = make_plan(values["method"], n=values["n"], num_classes=values["num_classes"], queries=values["queries"], answered=values["answered"],
                        input_size=parse_size(values["input_size"]), **given(PLAN, values, RunOptions), **given(PLAN, values, *METHOD_OPTIONS))
     if values["as_json"]:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result.to_dict(), indent=2))
         return
     print_plan(result)
 

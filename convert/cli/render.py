@@ -12,28 +12,29 @@ from dpconvert.auditing.report import display_path
 from .flags import as_flags
 
 
-def print_plan(result: dict, to=None) -> None:
+def print_plan(plan, to=None) -> None:
+    """The plan table (``accounting/plans.py``): the mechanism's rows, then ε by each accountant and every guarantee
+    figure that applies; notes below it."""
     from rich.table import Table
 
-    from dpconvert.methods import METHODS
-    from dpconvert.zoo_cards.figures import eps_text, meaningful
+    from dpconvert.zoo_cards.figures import eps_text
 
     to = to or out
 
-    table = Table(title=f"privacy plan ({result['method']}, scope {result['scope']}, δ={result['delta']:g})")
+    table = Table(title=f"privacy plan ({plan.method}, scope {plan.scope}, δ={plan.delta:g})")
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    rows = METHODS.get(result["method"]).plan_rows(result)  # the method's mechanism rows, then the ε rows
-    for name, value in result["accountants"].items():
+    rows = plan.mechanism_rows()
+    for name, value in plan.accountants.items():
         rows.append((f"ε ({name})", eps_text(value)))
-    rows.append(("ε reported", eps_text(result["epsilon"])))
-    if "replace_one_epsilon" in result:
-        rows.append(("ε, replace-one answer", eps_text(result["replace_one_epsilon"])))
-    if "query_level_epsilon" in result:  # the headline is record-level: the per-answer bound beside it
-        rows.append(("ε, query level (per answer)", eps_text(result["query_level_epsilon"])))
-    elif "record_level_epsilon" in result:
-        rows.append(("ε, record-level worst case", eps_text(result["record_level_epsilon"])))
-    tr = result.get("teacher_records")  # the teacher carries a DP guarantee (its verified card)
+    rows.append(("ε reported", eps_text(plan.epsilon)))
+    if plan.replace_one_epsilon is not None:
+        rows.append(("ε, replace-one answer", eps_text(plan.replace_one_epsilon)))
+    if plan.query_level_epsilon is not None:  # the headline is record-level: the per-answer bound beside it
+        rows.append(("ε, query level (per answer)", eps_text(plan.query_level_epsilon)))
+    elif plan.record_level_epsilon is not None:
+        rows.append(("ε, record-level worst case", eps_text(plan.record_level_epsilon)))
+    tr = plan.teacher_records  # the teacher carries a DP guarantee (its verified card)
     if tr:
         rows.append(("teacher's own ε (its card)", eps_text(tr["teacher_epsilon"])))
         if "run_epsilon" in tr:
@@ -41,21 +42,25 @@ def print_plan(result: dict, to=None) -> None:
     for r in rows:
         table.add_row(*r)
     to.print(table)
-    to.print(as_flags(f"adjacency: {result['adjacency']}"), markup=False)
-    if result.get("scope") == "query" and "record_level_epsilon" in result and not meaningful(result["record_level_epsilon"]):
+    _plan_notes(plan, to)
+
+
+def _plan_notes(plan, to) -> None:
+    from dpconvert.zoo_cards.figures import eps_text, meaningful
+
+    to.print(as_flags(f"adjacency: {plan.adjacency}"), markup=False)
+    if plan.scope == "query" and plan.record_level_epsilon is not None and not meaningful(plan.record_level_epsilon):
         to.print(f"the teacher's individual training records get no meaningful protection (worst case ε = "
-                 f"{eps_text(result['record_level_epsilon'])}): the guarantee is for the teacher's answers", markup=False)
+                 f"{eps_text(plan.record_level_epsilon)}): the guarantee is for the teacher's answers", markup=False)
+    tr = plan.teacher_records
     if tr:
         to.print(as_flags(f"teacher's training records: (ε, δ) = ({tr['epsilon']:.4g}, {tr['delta']:.3g}); {tr['note']}"), markup=False)
-    if "target_noise_to_signal" in result:
-        a, nsr = result["answers_per_target"], result["target_noise_to_signal"]
-        to.print(f"each target the student learns from averages {a:,.0f} answers: noise-to-signal power ≥ {nsr:.3g} (about 1 or less "
-                 "makes a usable target)" if a > 1 else f"one answer per target, noise-to-signal power {nsr:.3g}: the student learns only "
-                 "what many similar queries agree on", markup=False)
-    if result.get("method_choice"):
-        to.print(as_flags(f"method {result['method']}: {result['method_choice']}"), markup=False)
-    if result.get("teacher_input"):
-        to.print(f"teacher input {result['teacher_input']}", markup=False)
+    for note in plan.notes():
+        to.print(note, markup=False)
+    if plan.method_choice:
+        to.print(as_flags(f"method {plan.method}: {plan.method_choice}"), markup=False)
+    if plan.teacher_input:
+        to.print(f"teacher input {plan.teacher_input}", markup=False)
 
 
 PHASE_UNITS = {"queries": "rows", "teacher forward": "rows", "release": "rows", "student training": "samples", "parity": "inputs",
@@ -83,14 +88,14 @@ class ProgressReporter:
         self.task = None
         self.phase_name, self.total, self.done, self.unit, self.printed = "", 0, 0, "", -1
 
-    def plan(self, plan: dict) -> None:
+    def plan(self, plan) -> None:
         from . import console
 
         if console.QUIET:
             return
         print_plan(plan, self.console)
-        if "progress" in plan:  # a method whose run is one bar says so in its plan (label, total, unit)
-            self._start(plan["progress"]["label"], plan["progress"]["total"], plan["progress"].get("unit", "steps"))
+        if plan.progress is not None:  # a method whose run is one bar says so in its plan
+            self._start(plan.progress.label, plan.progress.total, plan.progress.unit)
 
     # ------------------------------------------------------------ one bar per phase
     def _start(self, name: str, total: int, unit: str) -> None:

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from dpconvert.errors import DpconvertError
+from dpconvert.accounting.plans import AdlmPlan
 from dpconvert.option_fields import option
 
 from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, noise_probe, register
@@ -80,16 +81,15 @@ class AdaptiveLaplaceMethod(Method):
         if run.student not in (None, STUDENT_NAME):
             raise DpconvertError(f"AdLM trains its own student ({STUDENT_NAME}); drop `student`")
 
-    def plan(self, run, opts: AdlmOptions, spec=None, queries=None) -> dict:
+    def plan(self, run, opts: AdlmOptions, spec=None, queries=None) -> AdlmPlan:
         """Two Laplace releases at ε₁ = share·ε and ε₂ = ε − ε₁, scales b = 1/ε₁ and 1/ε₂ (L1 sensitivity 1 each)."""
         from dpconvert.accounting.adjacency import ADJACENCY_RECORD
+        from dpconvert.accounting.plans import PlanProgress
 
         eps1, eps2 = opts.relevance_share * run.eps, (1 - opts.relevance_share) * run.eps
-        return {"method": "adlm", "delta": 0.0, "target_epsilon": run.eps, "calibrated": True, "epsilon": run.eps,
-                "epsilon_relevance": eps1, "epsilon_coefficients": eps2, "laplace_scales": [1 / eps1, 1 / eps2],
-                "accountants": {"laplace_composition": run.eps}, "scope": "record", "adjacency": ADJACENCY_RECORD,
-                "rows": [("ε₁ relevance (Laplace, b = 1/ε₁)", f"{eps1:.4g}"), ("ε₂ coefficients (Laplace, b = 1/ε₂)", f"{eps2:.4g}"),
-                         ("δ", "0 (pure ε-DP)")], "progress": {"label": "AdLM releases", "total": 2}}
+        return AdlmPlan(delta=0.0, target_epsilon=run.eps, calibrated=True, epsilon=run.eps, epsilon_relevance=eps1, epsilon_coefficients=eps2,
+                        accountants={"laplace_composition": run.eps}, scope="record", adjacency=ADJACENCY_RECORD,
+                        progress=PlanProgress("AdLM releases", 2))
 
     def run(self, ctx, opts: AdlmOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
         import torch
@@ -101,7 +101,7 @@ class AdaptiveLaplaceMethod(Method):
         run = ctx.run  # the pipeline checked run and opts before loading anything (Method.check)
         spec = teacher.spec
         plan = self.plan(run, opts, spec)
-        eps1, eps2 = plan["epsilon_relevance"], plan["epsilon_coefficients"]
+        eps1, eps2 = plan.epsilon_relevance, plan.epsilon_coefficients
         if on_plan:
             on_plan(plan)
         torch.manual_seed(run.seed)

@@ -10,9 +10,11 @@ from dpconvert.errors import DpconvertError, OptionError
 from dpconvert.registry import Registry
 
 from dpconvert.accounting.card_blocks import Claims, card_number  # noqa: F401  (re-exported for the methods)
+from dpconvert.accounting.plans import Plan, PlanProgress  # noqa: F401  (re-exported for the methods)
 from dpconvert.accounting.statements import COVERS_STUDENT, NOT_COVERED  # noqa: F401  (re-exported for the methods)
 
 Callback = Optional[Callable[[dict], None]]
+PlanCallback = Optional[Callable[[Plan], None]]
 
 
 @dataclass
@@ -91,17 +93,12 @@ class Method(ABC):
         return True
 
     @abstractmethod
-    def plan(self, run, opts, spec, queries: Optional[int] = None) -> dict:
+    def plan(self, run, opts, spec, queries: Optional[int] = None) -> Plan:
         """The privacy plan ``run`` calls before anything private is read: the noise for the target ε (or ε for the given
         noise), ε by each accountant. ``dpconvert.plan`` calls the same method, so the plan is the run's. ``queries``:
         how many queries a query-labelling method will answer (the public images' count; None: its default)."""
 
-    def plan_rows(self, plan: dict) -> list:
-        """The plan table's mechanism rows, (quantity, value) pairs, that the CLI prints above the ε rows; a plan may
-        carry them itself as ``rows``."""
-        return list(plan.get("rows", []))
-
-    def realised_plan(self, plan: dict, opts, num_classes: int, answered: Optional[int], n: Optional[int]) -> dict:
+    def realised_plan(self, plan: Plan, opts, num_classes: int, answered: Optional[int], n: Optional[int]) -> Plan:
         """The plan as ``dpconvert.plan`` reports it when the caller knows more than the run's defaults: ``n``, the
         private-set size (δ ≤ 1/n is checked); ``answered``, how many queries pass a screening (for methods that
         screen; others refuse it)."""
@@ -110,11 +107,11 @@ class Method(ABC):
         if answered is not None:
             raise OptionError(f"`answered` is for methods that screen their queries; method {self.name} answers every query: drop `answered`")
         if n is not None:
-            check_delta(plan["delta"], n)
+            check_delta(plan.delta, n)
         return plan
 
     @abstractmethod
-    def run(self, ctx, opts, teacher, on_plan: Callback = None, on_progress: Callback = None) -> MethodOutput:
+    def run(self, ctx, opts, teacher, on_plan: PlanCallback = None, on_progress: Callback = None) -> MethodOutput:
         """Plan (report it through ``on_plan`` before any private data is touched), run the mechanism, describe it.
         ``ctx``: the ``RunContext`` the pipeline built (options, noise stream, seed streams, world, private records)."""
 

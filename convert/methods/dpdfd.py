@@ -17,6 +17,7 @@ from typing import Optional
 from dpconvert.errors import DpconvertError, InternalError
 
 from dpconvert.accounting.statements import NO_NOISE_WARNING, NOT_COVERED_GAN_QUERIES, NOT_COVERED_PUBLIC_IMAGES
+from dpconvert.accounting.plans import DpdfdPlan
 
 from .dpdfd_options import (
     DATA_FREE_DENOISE, PUBLIC_TARGETS, PER_IMAGE_BATCH, DpdfdOptions, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
@@ -112,7 +113,7 @@ class Dpdfd(Method):
             if given:
                 raise DpconvertError(f"`generator` dpgan makes the queries from the DP-critic GAN: drop {name}")
 
-    def plan(self, run, opts: DpdfdOptions, spec, queries: Optional[int] = None) -> dict:
+    def plan(self, run, opts: DpdfdOptions, spec, queries: Optional[int] = None) -> DpdfdPlan:
         from dpconvert.accounting.planning import plan_dpdfd
         from dpconvert.options import DEFAULT_DELTA, units_delta
 
@@ -125,39 +126,27 @@ class Dpdfd(Method):
             delta = min(delta, DEFAULT_DELTA)
         plan = plan_dpdfd(eps=run.eps, delta=delta, steps=opts.releases, batch_size=batch_size, noise_multiplier=run.noise_multiplier,
                           per_answer=opts.accounting == "per-answer", disjoint_teachers=opts.disjoint_partitions or 0)
-        plan["student_epochs"] = opts.epochs or default_epochs(spec, run.device)
+        plan.student_epochs = opts.epochs or default_epochs(spec, run.device)
         images = prior_images(run, opts, spec) if per_image and not run.public_data else 0  # public images: counted when loaded
         if images or not per_image:  # what each target the student learns from averages (distill/verdict.py)
-            plan["answers_per_target"] = batch_size * opts.releases / images if images else 1
-            plan["target_noise_to_signal"] = spec.num_classes * plan["sigma"] ** 2 / plan["answers_per_target"]
+            plan.answers_per_target = batch_size * opts.releases / images if images else 1
+            plan.target_noise_to_signal = spec.num_classes * plan.sigma ** 2 / plan.answers_per_target
         if opts.generator == GAN_QUERIES:
-            plan.update(self._plan_gan_queries(run, opts, plan))
+            plan = self._plan_gan_queries(run, opts, plan)
         return plan
 
-    def _plan_gan_queries(self, run, opts: DpdfdOptions, plan: dict) -> dict:
+    def _plan_gan_queries(self, run, opts: DpdfdOptions, plan: DpdfdPlan) -> DpdfdPlan:
         """`generator` dpgan: the critic's planned event beside the planned releases, replayed by the accountant the run
         records to, so the plan's second scope and record-level worst case are the card's."""
         from dpconvert.accounting import DpganDpdfdAccountant
 
         from .dpgan import planned_events
 
-        acc = DpganDpdfdAccountant(events=planned_events(opts.gan, self._gan_epsilon(run, opts), plan["delta"]))
-        acc.record("normalised_gaussian_release", count=plan["steps"], sigma=plan["sigma"], clip=opts.clip, batch_size=plan["batch_size"])
-        return {"adjacency": acc.adjacency, "record_level_epsilon": acc.record_level_epsilon(delta=plan["delta"]),
-                "queries_record_level_epsilon": acc.queries_record_level_epsilon(delta=plan["delta"]),
-                "gan_sigma": acc.parts()[1].events[0].params["sigma"], "gan_images": gan_images(opts)}
-
-    def plan_rows(self, plan: dict) -> list:
-        from dpconvert.zoo_cards.figures import eps_text
-
-        sig = f"{plan['sigma']:.4f}" + (" (calibrated)" if plan["calibrated"] else "")
-        rows = [("noise multiplier σ", sig), ("noisy releases T", str(plan["steps"])), ("batch size B", str(plan["batch_size"]))]
-        if "teachers" in plan:  # several teachers on disjoint partitions
-            rows.append(("teachers n (disjoint partitions)", str(plan["teachers"])))
-        if "queries_record_level_epsilon" in plan:  # `generator` dpgan: the GAN's own record-level scope
-            rows += [("DP-critic GAN σ", f"{plan['gan_sigma']:.4f}"), ("GAN samples queried", str(plan["gan_images"])),
-                     ("queries' record-level ε", eps_text(plan["queries_record_level_epsilon"]))]
-        return rows
+        acc = DpganDpdfdAccountant(events=planned_events(opts.gan, self._gan_epsilon(run, opts), plan.delta))
+        acc.record("normalised_gaussian_release", count=plan.steps, sigma=plan.sigma, clip=opts.clip, batch_size=plan.batch_size)
+        return dataclasses.replace(plan, adjacency=acc.adjacency, record_level_epsilon=acc.record_level_epsilon(delta=plan.delta),
+                                   queries_record_level_epsilon=acc.queries_record_level_epsilon(delta=plan.delta),
+                                   gan_sigma=acc.parts()[1].events[0].params["sigma"], gan_images=gan_images(opts))
 
     @staticmethod
     def _gan_epsilon(run, opts: DpdfdOptions) -> float:
@@ -178,7 +167,7 @@ class Dpdfd(Method):
                                  + (f", or set `disjoint_partitions` {teachers}" if teachers > 1 else ""))
         spec = teacher.spec
         plan = self.plan(run, opts, spec)
-        run = dataclasses.replace(run, delta=plan["delta"])  # the δ the plan resolved is the one every bound uses
+        run = dataclasses.replace(run, delta=plan.delta)  # the δ the plan resolved is the one every bound uses
         warnings = self._warnings(run, plan)
         if on_plan:
             on_plan(plan)
@@ -203,11 +192,11 @@ class Dpdfd(Method):
             log.warning("note (console only): %d teacher answers were not finite and were released as zero rows (pure noise)",
                         job.mechanism.zeroed_rows)
         ran_the_plan = accountant.count("normalised_gaussian_release") == opts.releases and math.isclose(
-            accountant.epsilon(delta=run.delta), plan["epsilon"], rel_tol=1e-9, abs_tol=1e-12)  # what `dpconvert plan` printed is what ran
+            accountant.epsilon(delta=run.delta), plan.epsilon, rel_tol=1e-9, abs_tol=1e-12)  # what `dpconvert plan` printed is what ran
         if not ran_the_plan:
-            raise InternalError(f"the mechanism's releases and ε differ from the plan's ({opts.releases}, ε={plan['epsilon']}); "
+            raise InternalError(f"the mechanism's releases and ε differ from the plan's ({opts.releases}, ε={plan.epsilon}); "
                                  "nothing was written")
-        verdict = self._verdict(job, plan["sigma"], warnings)
+        verdict = self._verdict(job, plan.sigma, warnings)
         mechanism = self._mechanism_block(run, opts, plan, cfg, ctx.noise.card_fields, source, generator, job.members)
         claims = self._claims(run, opts, plan, accountant, mechanism, job.public_image_counts())
         if gan is not None:
@@ -235,11 +224,11 @@ class Dpdfd(Method):
         return verdict.to_dict()
 
     @staticmethod
-    def _claims(run, opts: DpdfdOptions, plan: dict, accountant, mechanism: dict, images) -> Claims:
+    def _claims(run, opts: DpdfdOptions, plan: DpdfdPlan, accountant, mechanism: dict, images) -> Claims:
         """What the card states beside the figures the accountant answers (``guarantee_figures``): what is covered, and
         for public images the ε of all the answers about one image."""
         claims = Claims(covers=list(COVERS_STUDENT), not_covered=NOT_COVERED + ([NOT_COVERED_PUBLIC_IMAGES] if run.public_data else []),
-                        calibrated=plan["calibrated"], target_epsilon=run.eps if plan["calibrated"] else None)
+                        calibrated=plan.calibrated, target_epsilon=run.eps if plan.calibrated else None)
         if opts.generator == GAN_QUERIES:  # the second scope (the accountant's queries_record_level_epsilon)
             claims.not_covered.append(NOT_COVERED_GAN_QUERIES)
         if images is not None:  # public queries: how much one source image weighs, and the ε for all of its answers
@@ -265,11 +254,11 @@ class Dpdfd(Method):
         return {"trained_in_this_run": True, "architecture": f"{DPGAN_GENERATOR} generator, DP critic ({gan.mechanism['critic']})",
                 "samples": gan_images(opts), "dpgan_epsilon_at_its_delta": gan.epsilon, "its_delta": run.delta, "dpgan": gan.mechanism}
 
-    def _warnings(self, run, plan) -> list:
+    def _warnings(self, run, plan: DpdfdPlan) -> list:
         warnings = []
-        if plan["sigma"] == 0:
+        if plan.sigma == 0:
             warnings.append(NO_NOISE_WARNING)
-        w = distinct_answers_warning(run.delta, plan["batch_size"] * plan["steps"])
+        w = distinct_answers_warning(run.delta, plan.batch_size * plan.steps)
         if w:
             warnings.append(w)
         return warnings
@@ -325,11 +314,11 @@ class Dpdfd(Method):
                 f"{n} samples of a GAN with a DP critic ({gan.mechanism['critic']}) trained on the private data in this run, views under "
                 "sub-pixel shifts and flips; the released targets averaged per image and denoised — not data-free")
 
-    def _engine_config(self, run, opts: DpdfdOptions, plan: dict, generator, teacher_spec, prior):
+    def _engine_config(self, run, opts: DpdfdOptions, plan: DpdfdPlan, generator, teacher_spec, prior):
         from dpconvert.distill.config import DpdfdConfig
 
-        settings = dict(releases=opts.releases, batch_size=plan["batch_size"], sigma=plan["sigma"], clip=opts.clip,
-                        prior_pool=opts.prior_pool, student_epochs=plan["student_epochs"], seed=run.seed,
+        settings = dict(releases=opts.releases, batch_size=plan.batch_size, sigma=plan.sigma, clip=opts.clip,
+                        prior_pool=opts.prior_pool, student_epochs=plan.student_epochs, seed=run.seed,
                         distill_loss=opts.distill_loss, prior_fraction=1.0 if generator is None else 0.5,
                         minibatch=default_minibatch(teacher_spec), student_lr=opts.student_lr or default_student_lr(teacher_spec),
                         logit_adjust=opts.logit_adjust, new_sources_per_release=opts.new_sources_per_release,
@@ -344,10 +333,10 @@ class Dpdfd(Method):
             settings["student_samples"] = opts.epochs * prior.num_bases
         return DpdfdConfig(**settings)
 
-    def _mechanism_block(self, run, opts: DpdfdOptions, plan: dict, cfg, noise_info: dict, source: str, generator, teacher_members) -> dict:
+    def _mechanism_block(self, run, opts: DpdfdOptions, plan: DpdfdPlan, cfg, noise_info: dict, source: str, generator, teacher_members) -> dict:
         return {
             "method": self.card_name,
-            "sigma": plan["sigma"], "clip": opts.clip, "batch_size": plan["batch_size"], "releases": opts.releases,
+            "sigma": plan.sigma, "clip": opts.clip, "batch_size": plan.batch_size, "releases": opts.releases,
             "distill_loss": cfg.distill_loss, **noise_info,
             **({"teachers": len(teacher_members), "disjoint_partitions": bool(opts.disjoint_partitions)} if len(teacher_members) > 1 else {}),
             "distinct_inputs": True,  # Dpdfd.distinct_queries: no input twice in a release (the auditor checks for it)

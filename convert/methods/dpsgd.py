@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar, Optional
 
 from dpconvert.errors import DpconvertError
+from dpconvert.accounting.plans import DpsgdPlan
 from dpconvert.option_fields import option
 
 from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, noise_probe, register
@@ -93,14 +94,14 @@ class DpSgdMethod(Method):
         if run.noise_multiplier is not None and opts.sigma is not None:
             raise DpconvertError("`noise_multiplier` and `sigma` both set DP-SGD's noise multiplier; give one")
 
-    def plan(self, run, opts: DpsgdOptions, spec=None, queries: Optional[int] = None) -> dict:
+    def plan(self, run, opts: DpsgdOptions, spec=None, queries: Optional[int] = None) -> DpsgdPlan:
         from dpconvert.accounting.planning import plan_dpsgd
 
         sigma = opts.sigma if opts.sigma is not None else run.noise_multiplier  # one name for the noise level: noise_multiplier
         plan = plan_dpsgd(eps=run.eps, delta=run.delta, sampling_rate=opts.sampling_rate, steps=opts.steps, clip=opts.clip,
                           sigma=sigma, count_sigma=opts.count_sigma)
-        if opts.sigma is not None and plan["epsilon"] > run.eps * (1 + 1e-9):
-            raise DpconvertError(f"`sigma` {opts.sigma} gives ε={plan['epsilon']:.3f} > `eps` {run.eps:g}; raise `sigma` or lower `epochs`")
+        if opts.sigma is not None and plan.epsilon > run.eps * (1 + 1e-9):
+            raise DpconvertError(f"`sigma` {opts.sigma} gives ε={plan.epsilon:.3f} > `eps` {run.eps:g}; raise `sigma` or lower `epochs`")
         return plan
 
     def run(self, ctx, opts: DpsgdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
@@ -124,7 +125,7 @@ class DpSgdMethod(Method):
         accountant = DpsgdAccountant()
 
         def make_sgd(trainable):  # lots and noise from the run's noise stream (mechanisms/noise.py)
-            return DpSgd(trainable, sigma=plan["sigma"], clip=opts.clip, sampling_rate=opts.sampling_rate, steps=opts.steps,
+            return DpSgd(trainable, sigma=plan.sigma, clip=opts.clip, sampling_rate=opts.sampling_rate, steps=opts.steps,
                          count_sigma=opts.count_sigma, lr=opts.lr, momentum=opts.momentum, accountant=accountant, noise=ctx.noise)
 
         every = max(1, opts.steps // 100)
@@ -135,10 +136,10 @@ class DpSgdMethod(Method):
         return MethodOutput(
             student=student.eval(), student_name=student_name, probe=noise_probe(spec, run),
             rounds=[], warnings=list(ctx.noise.warnings), accountant=accountant, delta=run.delta,
-            claims=Claims(covers=COVERS_STUDENT, not_covered=NOT_COVERED, calibrated=plan["calibrated"], target_epsilon=run.eps,
+            claims=Claims(covers=COVERS_STUDENT, not_covered=NOT_COVERED, calibrated=plan.calibrated, target_epsilon=run.eps,
                           note="Poisson-subsampled Gaussian steps (sensitivity C under add/remove) and one Gaussian count (sensitivity 1), "
                                "composed by dp_accounting's PLD accountant (reported) and RDP accountant"),
-            mechanism={"method": self.card_name, "sigma": plan["sigma"], "clip": opts.clip, "sampling_rate": opts.sampling_rate,
+            mechanism={"method": self.card_name, "sigma": plan.sigma, "clip": opts.clip, "sampling_rate": opts.sampling_rate,
                        "steps": accountant.count("subsampled_gaussian"), "count_sigma": opts.count_sigma,
                        "sampling": "Poisson (each record joins each lot independently with probability q)",
                        "engine": f"{engine}; Poisson lots by opacus UniformWithReplacementSampler",

@@ -18,6 +18,7 @@ from dpconvert.errors import DpconvertError
 from dpconvert.profiling import phase
 
 from dpconvert.accounting.statements import COVERS_STUDENT_AND_LABELS
+from dpconvert.accounting.plans import PknnPlan, PlanProgress
 
 from .base import NOT_COVERED, Claims, Method, MethodOutput, register
 from .dpdfd_options import DpdfdOptions, check_generator_path
@@ -102,7 +103,7 @@ class PrivateKnn(Method):
         if g.save_generator:
             check_generator_path(g.save_generator, out, True, run.force)
 
-    def plan(self, run, opts: PknnOptions, spec, queries: Optional[int] = None) -> dict:
+    def plan(self, run, opts: PknnOptions, spec, queries: Optional[int] = None) -> PknnPlan:
         """σ2 for `queries` answered queries (default: ``opts.queries``, else GENERATOR_QUERIES from a query generator),
         as the run calibrates it: labels alone for cost-free queries (public images, the prior), composed with a DP-critic
         GAN's planned events for `query_generator` dpgan. A DPDFD-trained or saved generator's realised cost is known only
@@ -124,32 +125,26 @@ class PrivateKnn(Method):
         raise DpconvertError(f"`query_generator` {source}: its cost is known once it has run; convert prints the composed plan "
                              "before any label is released (or plan the labels alone with `public_data`-sized `queries`)")
 
-    def plan_rows(self, plan: dict) -> list:
-        sig = f"{plan['sigma2']:.4f}" + (" (calibrated)" if plan["calibrated"] else "")
-        return [("k", str(plan["k"])), ("sampling rate γ", f"{plan['sampling_rate']:g}"), ("σ1 (screening)", f"{plan['sigma1']:g}"),
-                ("threshold", f"{plan['threshold']:g}"), ("σ2 (argmax)", sig),
-                ("queries asked / answered", f"{plan['queries_asked']} / {plan['queries_answered']}")]
-
-    def realised_plan(self, plan: dict, opts: PknnOptions, num_classes: int, answered: Optional[int], n: Optional[int]) -> dict:
+    def realised_plan(self, plan: PknnPlan, opts: PknnOptions, num_classes: int, answered: Optional[int], n: Optional[int]) -> PknnPlan:
         """ε when only ``answered`` of the queries pass the screening (σ2 is calibrated for all of them), δ ≤ 1/n checked."""
         if answered is None and n is None:
             return plan
         from dpconvert.accounting.planning import plan_pknn
 
-        total = plan["queries_asked"]
-        realised = plan_pknn(eps=None, delta=plan["delta"], k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1,
-                             threshold=opts.threshold_value, sigma2=plan["sigma2"], num_classes=num_classes, queries=total,
+        total = plan.queries_asked
+        realised = plan_pknn(eps=None, delta=plan.delta, k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1,
+                             threshold=opts.threshold_value, sigma2=plan.sigma2, num_classes=num_classes, queries=total,
                              answered=total if answered is None else answered, n=n)
-        return {**realised, "calibrated": plan["calibrated"], "target_epsilon": plan["target_epsilon"]}
+        return replace(realised, calibrated=plan.calibrated, target_epsilon=plan.target_epsilon)
 
     @staticmethod
-    def _check_sigma2(opts: PknnOptions, plan: dict, eps_labels: float) -> dict:
-        if opts.sigma2 is not None and plan["epsilon"] > eps_labels:
-            raise DpconvertError(f"`sigma2` {opts.sigma2} gives ε={plan['epsilon']:.3f} > {eps_labels:.3f} if every query is answered; "
+    def _check_sigma2(opts: PknnOptions, plan: PknnPlan, eps_labels: float) -> PknnPlan:
+        if opts.sigma2 is not None and plan.epsilon > eps_labels:
+            raise DpconvertError(f"`sigma2` {opts.sigma2} gives ε={plan.epsilon:.3f} > {eps_labels:.3f} if every query is answered; "
                                  "raise `sigma2` or ask fewer `queries`")
         return plan
 
-    def label_plan(self, opts: PknnOptions, num_classes: int, eps: float, delta: float, queries: int) -> dict:
+    def label_plan(self, opts: PknnOptions, num_classes: int, eps: float, delta: float, queries: int) -> PknnPlan:
         from dpconvert.accounting.planning import plan_pknn
 
         return plan_pknn(eps=eps, delta=delta, k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1, threshold=opts.threshold_value,
@@ -172,7 +167,7 @@ class PrivateKnn(Method):
             raise DpconvertError(f"only {total_q} queries for {opts.rounds} rounds; give more `queries` or fewer `rounds`")
         accountant, plan = self._budget(run, opts, source, spec.num_classes, total_q)
         if on_plan:  # the vote bar: the screening of every query, then the argmax of the answered ones
-            on_plan({**plan, "progress": {"label": "Private-kNN votes", "total": 2 * plan["queries_asked"], "unit": "votes"}})
+            on_plan(replace(plan, progress=PlanProgress("Private-kNN votes", 2 * plan.queries_asked, "votes")))
         torch.manual_seed(run.seed)
         warnings = list(ctx.noise.warnings)
         train_rng = ctx.stream("training")
@@ -180,7 +175,7 @@ class PrivateKnn(Method):
         canaries = _canaries(source.x, order, ctx, opts, spec.num_classes)
         votes = (lambda m: on_progress({"kind": "votes", "queries": m})) if on_progress else None  # screening, then the argmax
         release.start(spec.num_classes, canaries, knn=opts.knn, on_chunk=votes, k=opts.k, sampling_rate=opts.sampling_rate, sigma1=opts.sigma1,
-                      threshold=opts.threshold_value, sigma2=plan["sigma2"], accountant=accountant, noise=ctx.noise, chunk=opts.chunk)
+                      threshold=opts.threshold_value, sigma2=plan.sigma2, accountant=accountant, noise=ctx.noise, chunk=opts.chunk)
         student, student_name, first_phi, rounds = self._rounds(run, opts, spec, source, order, release, train_rng, on_progress)
         audit = _canary_audit(student, canaries, run.delta, accountant.epsilon(delta=run.delta), warnings)
         return MethodOutput(student=student, student_name=student_name, probe=source.x[: run.parity_inputs], rounds=rounds, warnings=warnings,
@@ -210,8 +205,8 @@ class PrivateKnn(Method):
         plan = self._check_sigma2(opts, self.label_plan(opts, num_classes, eps_labels, delta_labels, total_q), eps_labels)
         if source.cost is not None:  # the plan table shows both parts of the composition
             eps_gen = run.eps - eps_labels
-            plan["accountants"] = {f"query generator ({kind}) at δ/2": eps_gen, **{f"labels, {k} at δ/2": v for k, v in plan["accountants"].items()}}
-            plan.update(epsilon=eps_gen + plan["epsilon"], scope=accountant.scope, adjacency=accountant.adjacency, delta=run.delta)
+            plan = replace(plan, accountants={f"query generator ({kind}) at δ/2": eps_gen, **{f"labels, {k} at δ/2": v for k, v in plan.accountants.items()}},
+                           epsilon=eps_gen + plan.epsilon, scope=accountant.scope, adjacency=accountant.adjacency, delta=run.delta)
         return accountant, plan
 
     def _check_budget_before_training(self, run, opts: PknnOptions, num_classes: int) -> None:
@@ -250,10 +245,10 @@ class PrivateKnn(Method):
         plan = self.label_plan(replace(opts, sigma2=sigma2), num_classes, None, run.delta / 2, total_q)
         gen, _ = accountant.parts()
         eps_all = planned(sigma2).epsilons(delta=run.delta)
-        plan["accountants"] = {"query generator at δ/2": gen.epsilon(delta=run.delta / 2), **{f"labels, {k} at δ/2": v for k, v in plan["accountants"].items()},
-                               **{f"composed: {k}": v for k, v in accountant.whole_bounds(eps_all).items()}}
-        plan.update(epsilon=eps_all["epsilon"], calibrated=True, target_epsilon=run.eps, scope=accountant.scope, adjacency=accountant.adjacency,
-                    delta=run.delta)
+        accountants = {"query generator at δ/2": gen.epsilon(delta=run.delta / 2), **{f"labels, {k} at δ/2": v for k, v in plan.accountants.items()},
+                       **{f"composed: {k}": v for k, v in accountant.whole_bounds(eps_all).items()}}
+        plan = replace(plan, accountants=accountants, epsilon=eps_all["epsilon"], calibrated=True, target_epsilon=run.eps, scope=accountant.scope,
+                       adjacency=accountant.adjacency, delta=run.delta)
         return accountant, plan
 
     def _rounds(self, run, opts: PknnOptions, spec, source, order, release, train_rng, on_progress):
@@ -287,7 +282,7 @@ class PrivateKnn(Method):
 
     def _claims(self, run, source, accountant, plan) -> Claims:
         composed = source.cost is not None
-        return Claims(covers=list(COVERS_STUDENT_AND_LABELS), not_covered=NOT_COVERED + [source.not_covered], calibrated=plan["calibrated"],
+        return Claims(covers=list(COVERS_STUDENT_AND_LABELS), not_covered=NOT_COVERED + [source.not_covered], calibrated=plan.calibrated,
                       target_epsilon=run.eps,
                       note="screening charged for every query; noisy argmax (independent Poisson subsample) only for answered queries; "
                            "σ2 calibrated as if every query were answered" + (COMPOSITION_NOTE[accountant.name] if composed else ""))
@@ -297,7 +292,7 @@ class PrivateKnn(Method):
                     + (f" beside {opts.features} (weight {opts.round_features_weight:g})" if opts.round_features == "student+first" else ""))
         return {
             "method": self.card_name, "k": opts.k, "sampling_rate": opts.sampling_rate, "sampling": "Poisson (independent per record, per query, per step)",
-            "sigma1": opts.sigma1, "threshold": opts.threshold_value, "sigma2": plan["sigma2"],
+            "sigma1": opts.sigma1, "threshold": opts.threshold_value, "sigma2": plan.sigma2,
             "queries_asked": accountant.count("pknn_screening"), "queries_answered": accountant.count("pknn_argmax"),
             "rounds": opts.rounds, "features": features, "knn_search": KNN_SEARCH, "public_queries": run.public_data,
             "query_source": source.description, "labels": _label_description(opts), **noise_info, "config": {**opts.to_dict(), "seed": run.seed},
