@@ -41,6 +41,9 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._items)
 
+    def items(self) -> list[tuple[str, T]]:
+        return sorted(self._items.items())
+
     def get(self, name: str) -> T:
         try:
             return self._items[name]

@@ -89,20 +89,24 @@ def test_a_cross_check_agrees_with_the_reported_epsilon(name):
 
 
 # ------------------------------------------------------------------ Private-kNN's query sources
-def test_every_query_source_has_a_case():
+# how each kind of source is chosen (``QuerySourceKind.chosen_by``; a named one: `query_generator` NAME), and what makes
+# the in-run generators quick here (a source without an entry runs with its defaults)
+CHOOSE = {"public_data": dict(public_data="builtin:digits"), "file": dict(query_generator="{saved}", queries=200)}
+QUICK = {"train": dict(releases=2, batch_size=2000), "dpgan": dict(gan_generator_steps=20)}
+
+
+def source_options(name: str) -> dict:
+    """The Private-kNN options that choose registered source ``name`` (besides the private data)."""
     from dpconvert.methods.query_sources import QUERY_SOURCES
 
-    assert sorted(QUERY_SOURCES.names()) == sorted(SOURCES)
+    kind = QUERY_SOURCES.get(name)
+    return {**CHOOSE.get(kind.chosen_by, dict(query_generator=name, queries=200)), **QUICK.get(name, {})}
 
 
-# query source → the Private-kNN options that choose it (besides the private data)
-SOURCES = {
-    "public": dict(public_data="builtin:digits"),
-    "prior": dict(query_generator="prior", queries=200),
-    "saved": dict(query_generator="{saved}", queries=200),
-    "train": dict(query_generator="train", queries=200, releases=2, batch_size=2000),
-    "dpgan": dict(query_generator="dpgan", queries=200, gan_generator_steps=20),
-}
+def _registered_sources() -> list:
+    from dpconvert.methods.query_sources import QUERY_SOURCES
+
+    return QUERY_SOURCES.names()
 
 
 @pytest.fixture(scope="module")
@@ -116,25 +120,36 @@ def saved_generator(tmp_path_factory):
     return d / "g.safetensors"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("source", sorted(SOURCES))
-def test_every_query_source_runs_records_its_cost_and_passes_the_audit(source, tmp_path, saved_generator):
-    """Each source, chosen by its options, labels its queries within the target ε, names itself on the card, composes
-    any cost it carries into the card's accountant, and the card passes the audit (and fails it with σ2 halved)."""
+def check_query_source(source: str, tmp_path, saved_generator=None) -> dict:
+    """Source ``source``, chosen by its options, labels its queries within the target ε, composes any cost it carries
+    into the card's accountant (and only then names a query generator), plans what it runs, and its card passes the
+    audit (and fails it with σ2 halved). Returns the card."""
     import json
 
     import dpconvert
     from dpconvert.auditing.card_checks import check_card
+    from dpconvert.methods.query_sources import QUERY_SOURCES
 
-    options = {k: (v.format(saved=saved_generator) if isinstance(v, str) else v) for k, v in SOURCES[source].items()}
-    r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", method="pknn", eps=8.0, private_data="builtin:digits:train", k=40,
-                          sampling_rate=0.3, sigma1=20, rounds=1, epochs=1, **options)
+    options = {k: (v.format(saved=saved_generator) if isinstance(v, str) else v) for k, v in source_options(source).items()}
+    labels = dict(method="pknn", eps=8.0, k=40, sampling_rate=0.3, sigma1=20)
+    r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", private_data="builtin:digits:train", rounds=1, epochs=1, **labels,
+                          **options)
     card = r.card.data
     assert card["guarantee"]["epsilon"] <= 8.0 * (1 + 1e-9)
-    composed = source in ("saved", "train", "dpgan")
+    composed = QUERY_SOURCES.get(source).composed_accountant is not None
     assert (card["accounting"]["accountant"] != "pknn") == composed  # a generator's cost is composed into the labels'
     assert ("query_generator" in card["mechanism"]) == composed
+    if QUERY_SOURCES.get(source).free:  # a free source's plan is the labels' alone: what `dpconvert plan` prints is what ran
+        plan = dpconvert.plan(**labels, input_size=(1, 8, 8), queries=card["mechanism"]["queries_asked"])
+        assert plan.sigma2 == card["mechanism"]["sigma2"] and plan.queries_asked == card["mechanism"]["queries_asked"]
     assert [m.passed for m in dpconvert.audit([str(r.out)])] == [True]
     edited = json.loads(json.dumps(card))
     edited["mechanism"]["sigma2"] /= 2
     assert check_card(edited)[1], f"{source}: halving mechanism.sigma2 went unnoticed"
+    return card
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", _registered_sources())
+def test_every_query_source_runs_records_its_cost_and_passes_the_audit(source, tmp_path, saved_generator):
+    check_query_source(source, tmp_path, saved_generator)

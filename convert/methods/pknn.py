@@ -25,16 +25,11 @@ from .dpdfd_options import DpdfdOptions, check_generator_path
 from dpconvert.option_fields import changed_options
 
 from .pknn_options import KNN_SEARCH, PknnOptions
-from .query_sources import GENERATOR_QUERIES, generator_share, load_queries, source_name
+from .query_sources import GENERATOR_QUERIES, QUERY_SOURCES, chosen_by, generator_share, load_queries, source_name
 
 log = logging.getLogger("dpconvert")
 
-# Composed accountants whose σ2 is calibrated against the composed bound itself (record-level parts, joint RDP).
-JOINTLY_CALIBRATED = {"dpgan"}
-
-
-# A query generator's accountant → the accountant of its composition with the labels, and how the card says it.
-COMPOSED_ACCOUNTANT = {"dpdfd": "pknn+dpdfd_generator", "dpgan": "pknn+dpgan"}
+# How the card describes each composition of a query source's cost with the labels (``QuerySourceKind.composed_accountant``).
 COMPOSITION_NOTE = {
     "pknn+dpdfd_generator": "; the query generator's DPDFD events (replayed from its file, or from this run) composed by basic composition, "
                             "each part at δ/2",
@@ -52,9 +47,9 @@ class PrivateKnn(Method):
     distributed = True
 
     def check_distributed(self, run, opts: PknnOptions) -> None:
-        if source_name(run, opts) in ("train", "dpgan"):
-            raise DpconvertError("`query_generator` train/dpgan runs in one process only; train it once without torchrun (save it "
-                                 "with `save_generator`) and pass the FILE")
+        if QUERY_SOURCES.get(source_name(run, opts)).eps_share:
+            raise DpconvertError(f"`query_generator` {opts.query_generator} trains in one process only; train it once without torchrun "
+                                 "(save it with `save_generator`) and pass the FILE")
         if opts.knn == "faiss":
             raise DpconvertError("`knn` faiss runs in one process only: use `knn` exact under torchrun (its search is sharded)")
         if opts.canaries:
@@ -81,24 +76,25 @@ class PrivateKnn(Method):
         if run.public_data and opts.query_generator:
             raise DpconvertError("give one query source: `public_data` PATH or `query_generator` (FILE, prior or train), not both")
         source = source_name(run, opts)
-        if g.prior and source not in ("prior", "train"):
+        takes = QUERY_SOURCES.get(source).configured_by
+        if g.prior and "prior" not in takes:
             raise DpconvertError("`prior` picks the data-free query prior: use it with `query_generator` prior or train (Private-kNN)")
         if g.prior:
             from .dpdfd import check_prior_name
 
             check_prior_name(g.prior)
         changed = [k for k in changed_options(g) if k not in ("prior", "save_generator")]
-        if changed and source != "train":
+        if changed and "generator_run" not in takes:
             raise DpconvertError(f"`{changed[0]}` is DPDFD's (with Private-kNN it configures the generator trained in the run): add `query_generator` train or drop it")
-        if opts.generator_eps is not None and source not in ("train", "dpgan"):
+        if opts.generator_eps is not None and not QUERY_SOURCES.get(source).eps_share:
             raise DpconvertError("`generator_eps` is the in-run generator's share of `eps`; use it with `query_generator` train or dpgan")
         gan_changed = changed_options(opts.gan)  # a critic's own options are checked by GanOptions itself
-        if gan_changed and source != "dpgan":
+        if gan_changed and "gan" not in takes:
             raise DpconvertError(f"`gan_{gan_changed[0]}` configures the DP-critic GAN: use it with `query_generator` dpgan")
-        if source in ("train", "dpgan") and not 0 < generator_share(run, opts) < run.eps:
+        if QUERY_SOURCES.get(source).eps_share and not 0 < generator_share(run, opts) < run.eps:
             raise DpconvertError(f"`generator_eps` must be between 0 and `eps` {run.eps:g} (the rest labels the queries), "
                                  f"got {generator_share(run, opts):g}")
-        if g.save_generator and source != "train":
+        if g.save_generator and "generator_run" not in takes:
             raise DpconvertError("with Private-kNN, `save_generator` saves the generator trained in this run: add `query_generator` train")
         if g.save_generator:
             check_generator_path(g.save_generator, out, True, run.force)
@@ -108,22 +104,24 @@ class PrivateKnn(Method):
         as the run calibrates it: labels alone for cost-free queries (public images, the prior), composed with a DP-critic
         GAN's planned events for `query_generator` dpgan. A DPDFD-trained or saved generator's realised cost is known only
         after it ran (its file records it): the run's plan table shows the composition then."""
-        source = opts.query_generator or "public"
-        if source == "public":  # every public image, or `queries` of them
+        kind = QUERY_SOURCES.get(source_name(run, opts) if opts.query_generator else chosen_by("public_data"))  # default: public images
+        if kind.chosen_by == "public_data":  # every public image, or `queries` of them
             total = min(opts.queries or queries, queries) if queries is not None else (opts.queries or GENERATOR_QUERIES)
         else:
             total = opts.queries or queries or GENERATOR_QUERIES
-        if source in ("public", "prior"):
+        if kind.free:
             return self._check_sigma2(opts, self.label_plan(opts, spec.num_classes, run.eps, run.delta, total), run.eps)
-        if source == "dpgan" and opts.sigma2 is None:
-            from dpconvert.accounting import DpganPknnAccountant
-
-            from .dpgan import planned_events
-
-            planned = DpganPknnAccountant(events=planned_events(opts.gan, generator_share(run, opts), run.delta / 2))
-            return self._joint_budget(run, opts, planned, spec.num_classes, total)[1]
-        raise DpconvertError(f"`query_generator` {source}: its cost is known once it has run; convert prints the composed plan "
+        if kind.planned_events is not None and opts.sigma2 is None:
+            return self._joint_budget(run, opts, self._planned_cost(run, opts, kind), spec.num_classes, total)[1]
+        raise DpconvertError(f"`query_generator` {opts.query_generator}: its cost is known once it has run; convert prints the composed plan "
                              "before any label is released (or plan the labels alone with `public_data`-sized `queries`)")
+
+    @staticmethod
+    def _planned_cost(run, opts: PknnOptions, kind):
+        """The composed accountant holding the events a source trained in this run will record (known before it runs)."""
+        from dpconvert.accounting import ACCOUNTANTS
+
+        return ACCOUNTANTS.get(kind.composed_accountant)(events=kind.planned_events(opts, generator_share(run, opts), run.delta / 2))
 
     def realised_plan(self, plan: PknnPlan, opts: PknnOptions, num_classes: int, answered: Optional[int], n: Optional[int]) -> PknnPlan:
         """ε when only ``answered`` of the queries pass the screening (σ2 is calibrated for all of them), δ ≤ 1/n checked."""
@@ -189,39 +187,33 @@ class PrivateKnn(Method):
         (the realised ε, answered queries only, can only be smaller); a generator's cost is composed in at δ/2 each."""
         from dpconvert.accounting import ACCOUNTANTS, PknnAccountant
 
+        kind = QUERY_SOURCES.get(source_name(run, opts))
         if source.cost is None:
             accountant, eps_labels, delta_labels = PknnAccountant(), run.eps, run.delta
         else:
-            kind = source.cost.accountant_state["accountant"]
-            events = list(ACCOUNTANTS.get(kind)().load_state_dict(source.cost.accountant_state).events)
-            accountant = ACCOUNTANTS.get(COMPOSED_ACCOUNTANT[kind])(events=events)
+            cost_kind = source.cost.accountant_state["accountant"]
+            events = list(ACCOUNTANTS.get(cost_kind)().load_state_dict(source.cost.accountant_state).events)
+            accountant = ACCOUNTANTS.get(kind.composed_accountant)(events=events)
             eps_gen = accountant.parts()[0].epsilon(delta=run.delta / 2)
             if eps_gen >= run.eps:
                 raise DpconvertError(f"the query generator alone costs ε={eps_gen:.3f} at δ/2={run.delta / 2:g}; raise `eps` above it "
                                      "or use `public_data` / `query_generator` prior")
             eps_labels, delta_labels = run.eps - eps_gen, run.delta / 2
-        if source.cost is not None and kind in JOINTLY_CALIBRATED and opts.sigma2 is None:
+        if source.cost is not None and kind.planned_events is not None and opts.sigma2 is None:
             return self._joint_budget(run, opts, accountant, num_classes, total_q)
         plan = self._check_sigma2(opts, self.label_plan(opts, num_classes, eps_labels, delta_labels, total_q), eps_labels)
         if source.cost is not None:  # the plan table shows both parts of the composition
             eps_gen = run.eps - eps_labels
-            plan = replace(plan, accountants={f"query generator ({kind}) at δ/2": eps_gen, **{f"labels, {k} at δ/2": v for k, v in plan.accountants.items()}},
+            plan = replace(plan, accountants={f"query generator ({cost_kind}) at δ/2": eps_gen, **{f"labels, {k} at δ/2": v for k, v in plan.accountants.items()}},
                            epsilon=eps_gen + plan.epsilon, scope=accountant.scope, adjacency=accountant.adjacency, delta=run.delta)
         return accountant, plan
 
     def _check_budget_before_training(self, run, opts: PknnOptions, num_classes: int) -> None:
         """Fail before minutes of generator training if what the generator leaves cannot pay for the labels."""
-        source, queries = source_name(run, opts), opts.queries or GENERATOR_QUERIES
-        if source == "train":
-            self.label_plan(opts, num_classes, run.eps - generator_share(run, opts), run.delta / 2, queries)
-        elif source == "dpgan" and opts.sigma2 is None:
-            from dpconvert.accounting import DpganPknnAccountant
-
-            from .dpgan import planned_events
-
-            planned = DpganPknnAccountant(events=planned_events(opts.gan, generator_share(run, opts), run.delta / 2))
-            self._joint_budget(run, opts, planned, num_classes, queries)
-        elif source == "dpgan":
+        kind, queries = QUERY_SOURCES.get(source_name(run, opts)), opts.queries or GENERATOR_QUERIES
+        if kind.eps_share and kind.planned_events is not None and opts.sigma2 is None:
+            self._joint_budget(run, opts, self._planned_cost(run, opts, kind), num_classes, queries)
+        elif kind.eps_share:
             self.label_plan(opts, num_classes, run.eps - generator_share(run, opts), run.delta / 2, queries)
 
     def _joint_budget(self, run, opts: PknnOptions, accountant, num_classes: int, total_q: int):

@@ -35,17 +35,48 @@ class QuerySource:
     extra_files: dict = field(default_factory=dict)  # the in-run generator, when `save_generator` asks for it
 
 
-QUERY_SOURCES: Registry[Callable[..., QuerySource]] = Registry("query source")
+@dataclass(frozen=True)
+class QuerySourceKind:
+    """A registered source: how it makes its queries and what it declares about them, which is all Private-kNN's
+    checks, plan and budget ask (a source added from outside the package needs nothing else: ``tests/test_registry_contracts.py``)."""
+
+    load: Callable[..., QuerySource]  # (ctx, opts, teacher, n, rng, on_progress) → QuerySource
+    chosen_by: str = "name"  # "name": `query_generator` NAME; "public_data": the public images; "file": a saved generator's FILE
+    free: bool = False  # independent of all private data: the labels' guarantee stands alone, and the plan is the labels'
+    eps_share: bool = False  # trained in this run at `generator_eps` of ε (at δ/2)
+    configured_by: frozenset = frozenset()  # which option groups configure it: "prior", "generator_run" (DPDFD's), "gan"
+    composed_accountant: Optional[str] = None  # the accountant its cost's events compose into with the labels'
+    # the events it will record, (opts, ε share, δ) → events, known before it runs: σ2 is then calibrated against the
+    # composed bound itself (joint RDP of record-level parts) instead of the labels' share alone
+    planned_events: Optional[Callable] = None
+
+
+QUERY_SOURCES: Registry[QuerySourceKind] = Registry("query source")
+
+
+def register_source(name: str, **declared):
+    """Register the decorated loader as source ``name`` with its declarations (``QuerySourceKind``' fields)."""
+    def wrap(load):
+        QUERY_SOURCES.register(name)(QuerySourceKind(load, **declared))
+        return load
+    return wrap
 
 
 def source_name(run, opts) -> str:
     """Which source the options ask for (checked by ``PrivateKnn.check`` before anything is loaded)."""
     if run.public_data:
-        return "public"
+        return chosen_by("public_data")
     if not opts.query_generator:
+        named = ", ".join(name for name, kind in QUERY_SOURCES.items() if kind.chosen_by == "name")
         raise DpconvertError("Private-kNN needs queries: give `public_data` PATH (unlabelled public images), or `query_generator` "
-                             "FILE (saved with `save_generator`), prior or train")
-    return opts.query_generator if opts.query_generator in ("prior", "train", "dpgan") else "saved"
+                             f"FILE (saved with `save_generator`) or one of: {named}")
+    kind = QUERY_SOURCES.get(opts.query_generator) if opts.query_generator in QUERY_SOURCES else None
+    return opts.query_generator if kind is not None and kind.chosen_by == "name" else chosen_by("file")
+
+
+def chosen_by(how: str) -> str:
+    """The source that ``how`` ("public_data", "file") chooses."""
+    return next(name for name, kind in QUERY_SOURCES.items() if kind.chosen_by == how)
 
 
 def generator_share(run, opts) -> float:
@@ -56,10 +87,10 @@ def generator_share(run, opts) -> float:
 def load_queries(ctx, opts, teacher, on_progress=None) -> QuerySource:
     """The queries of the source the options name, from the run's ``queries`` seed stream (``ctx``: the RunContext)."""
     name = source_name(ctx.run, opts)
-    return QUERY_SOURCES.get(name)(ctx, opts, teacher, opts.queries or GENERATOR_QUERIES, ctx.stream("queries"), on_progress)
+    return QUERY_SOURCES.get(name).load(ctx, opts, teacher, opts.queries or GENERATOR_QUERIES, ctx.stream("queries"), on_progress)
 
 
-@QUERY_SOURCES.register("public")
+@register_source("public", chosen_by="public_data", free=True)
 def _public(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     run = ctx.run
     from dpconvert.io.data import load_data
@@ -70,7 +101,7 @@ def _public(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     return QuerySource(public.x, f"public images {run.public_data} ({len(public)}, unlabelled)", "the public query set itself (assumed public)")
 
 
-@QUERY_SOURCES.register("prior")
+@register_source("prior", free=True, configured_by=frozenset({"prior"}))
 def _prior(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     from dpconvert.generators import PRIORS, create_generator
     from dpconvert.generators.saved import sample_queries
@@ -81,7 +112,7 @@ def _prior(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
                        "nothing beyond the above: the queries are data-independent")
 
 
-@QUERY_SOURCES.register("saved")
+@register_source("saved", chosen_by="file", composed_accountant="pknn+dpdfd_generator")
 def _saved(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     from dpconvert.generators.saved import load_saved_generator, sample_queries
     from dpconvert.io.hashing import file_sha256
@@ -105,7 +136,8 @@ def _saved(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
                        cost=saved.cost, generator_info=info)
 
 
-@QUERY_SOURCES.register("train")
+@register_source("train", eps_share=True, configured_by=frozenset({"prior", "generator_run"}),
+                 composed_accountant="pknn+dpdfd_generator")
 def _train(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     """DPDFD in this run, calibrated to the generator's share of ε at δ/2; its generator then makes the queries.
 
@@ -144,7 +176,8 @@ def _train(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
                        cost=cost, generator_info=info, extra_files=dpdfd.extra_files)  # `save_generator`: written by the DPDFD run
 
 
-@QUERY_SOURCES.register("dpgan")
+@register_source("dpgan", eps_share=True, configured_by=frozenset({"gan"}), composed_accountant="pknn+dpgan",
+                 planned_events=lambda opts, eps, delta: _dpgan_planned(opts.gan, eps, delta))
 def _dpgan(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     """A GAN with a DP critic (``methods/dpgan.py``) trained on the private records at the generator's share of ε (δ/2); its samples
     are the queries. The teacher is not involved: the cost is record-level, the critic's events."""
@@ -160,3 +193,9 @@ def _dpgan(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     return QuerySource(sample_queries(gan.generator, n, teacher.spec.num_classes, rng),
                        f"DP-critic GAN trained on the private data in this run (ε share {share:g} at δ/2; {n} samples)",
                        "nothing beyond the above: the queries are post-processing of the DP critic", cost=gan, generator_info=info)
+
+
+def _dpgan_planned(gan_opts, eps: float, delta: float) -> list:
+    from .dpgan import planned_events
+
+    return planned_events(gan_opts, eps, delta)
