@@ -93,9 +93,9 @@ def plan(method: Optional[str] = None, *, eps: Optional[float] = None, delta: Op
 
     from .errors import DpconvertError
     from .io.spec import InputSpec
-    from .methods import DATA_FREE_METHOD, METHODS
+    from .methods import METHODS, data_free_method
 
-    method = method or DATA_FREE_METHOD
+    method = method or data_free_method()
     m = METHODS.get(method)
     if noise_multiplier is not None and not m.takes_noise_multiplier:
         raise DpconvertError(f"`noise_multiplier` is the σ of DPDFD and DP-SGD; method {method} takes its own noise options: give `eps` instead")

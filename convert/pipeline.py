@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from .accounting.plans import Plan
-from .errors import DpconvertError
+from .errors import DpconvertError, InternalError
 from .methods import METHODS, MethodOutput, choose_method
 from .options import RunOptions
 from .profiling import Profile, phase
@@ -94,12 +94,12 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
 
             with phase("load data"):
                 eval_ds = load_data(run.eval_data, teacher.spec, require_labels=True, **run.data_format())
-        shape = "x".join(map(str, teacher.spec.shape))
-        relay_plan = (lambda plan: on_plan(_with_teacher_records(replace(plan, method_choice=reason, teacher_input=f"{shape}, "
-                                                                         f"{teacher.spec.num_classes} classes"), inherited, run))) if on_plan else None
+        planned: list = []
         from dpconvert.context import RunContext
 
-        result = method.run(RunContext.build(run, teacher.spec, world), opts, teacher, relay_plan, on_progress)
+        result = method.run(RunContext.build(run, teacher.spec, world), opts, teacher, _plan_relay(on_plan, planned, reason, teacher, inherited, run),
+                            on_progress)
+        _check_ran_the_plan(planned, result.mechanism)
         if not world.is_main:
             return None
         utility = None
@@ -215,6 +215,30 @@ def _inherited_block(teacher_card: tuple[dict, float], r: MethodOutput, run: Run
 
     return guarantee_block(*teacher_card, run_records_epsilon=run_records_epsilon(r.accountant, r.delta), run_delta=r.delta,
                            not_teacher_data=run.private_data_is_not_teacher_data)
+
+
+def _plan_relay(on_plan, planned: list, reason: str, teacher, inherited, run: RunOptions):
+    """What the method reports its plan to: kept for the check after the run, shown (with how the method was chosen,
+    the teacher's input and, for a DP teacher, its records' guarantee) when the caller asked for it."""
+    shape = "x".join(map(str, teacher.spec.shape))
+
+    def relay(plan: Plan) -> None:
+        planned.append(plan)
+        if on_plan:
+            on_plan(_with_teacher_records(replace(plan, method_choice=reason, teacher_input=f"{shape}, {teacher.spec.num_classes} classes"),
+                                          inherited, run))
+    return relay
+
+
+def _check_ran_the_plan(planned: list, mechanism: dict) -> None:
+    """What the plan said (``Plan.card_keys``) is what the mechanism block records; anything else is a bug, and
+    nothing is written."""
+    if not planned:
+        raise InternalError("the method ran without reporting its plan first; nothing was written")
+    plan = planned[-1]
+    differ = {key: (getattr(plan, field), mechanism.get(key)) for field, key in plan.card_keys.items() if mechanism.get(key) != getattr(plan, field)}
+    if differ:
+        raise InternalError(f"the mechanism ran with other parameters than its plan (plan, ran): {differ}; nothing was written")
 
 
 def _with_teacher_records(plan: Plan, teacher_card: Optional[tuple[dict, float]], run: RunOptions) -> Plan:

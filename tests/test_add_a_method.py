@@ -53,6 +53,7 @@ def check_noisy_means(p, accountant, data: dict) -> None:
 
 @dataclass(kw_only=True)
 class NoisyMeansPlan(Plan):
+    card_keys: ClassVar[dict] = {"sigma": "sigma"}
     sigma: float
 
     def mechanism_rows(self) -> list:
@@ -123,6 +124,8 @@ def registered(registry, name: str, entry):
 
 @pytest.fixture
 def noisy_means():
+    import dpconvert.cli.app  # noqa: F401  (the commands, built from the registry at import, stay as the other tests see them)
+
     with ExitStack() as stack:
         stack.enter_context(registered(ACCOUNTANTS, NoisyMeansAccountant.name, NoisyMeansAccountant))
         stack.enter_context(registered(CHECKS, NoisyMeansAccountant.name, check_noisy_means))
@@ -149,6 +152,42 @@ def test_a_method_written_outside_the_package_runs_and_passes_the_audit(noisy_me
     from dpconvert.auditing.card_checks import check_card
 
     assert "mechanism.sigma" in {w for w, _ in check_card(forged)[1]}
+
+
+def test_the_contracts_help_and_auto_pick_the_method_up(noisy_means, tmp_path):
+    """The contract every built-in method meets (``dpconvert.plan`` plans what ``convert`` runs: the plan's
+    ``card_keys``), the `--method` help and the listed order see the new method; `auto` never picks it (it declares
+    no ``auto_reason``)."""
+    from dpconvert.cli.app import method_help
+    from dpconvert.methods import choose_method, method_order
+    from dpconvert.options import RunOptions
+    from tests.test_plan_is_the_run import check_plan_is_the_run
+
+    check_plan_is_the_run(NoisyClassMeans.name, dict(private_data="builtin:digits:train"), {}, 1.0, tmp_path)
+    assert method_order()[-1] == NoisyClassMeans.name and f"{NoisyClassMeans.name}: {NoisyClassMeans.summary}" in method_help()
+    assert choose_method(RunOptions(method="auto", private_data="x"))[0] == "dpsgd"
+
+
+def test_a_method_that_runs_other_noise_than_it_planned_writes_nothing(noisy_means, tmp_path, monkeypatch):
+    """The pipeline compares the plan's ``card_keys`` with the mechanism block after every run: a method whose
+    mechanism drifted from its plan is a bug (``InternalError``), and no file is written."""
+    import dpconvert
+    from dpconvert.errors import InternalError
+
+    real = NoisyClassMeans.plan
+    monkeypatch.setattr(NoisyClassMeans, "run", _drifting(NoisyClassMeans.run, real))
+    with pytest.raises(InternalError, match="other parameters than its plan"):
+        dpconvert.convert("builtin:digits", out=tmp_path / "m.onnx", method=NoisyClassMeans.name, private_data="builtin:digits:train", eps=1.0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _drifting(run, plan):
+    """The method's run, reporting a plan with half its σ: what it ran is no longer what it printed."""
+    import dataclasses
+
+    def drifted(self, ctx, opts, teacher, on_plan=None, on_progress=None):
+        return run(self, ctx, opts, teacher, lambda p: on_plan(dataclasses.replace(p, sigma=p.sigma / 2)), on_progress)
+    return drifted
 
 
 def test_the_registries_are_clean_again_after_the_test_method():

@@ -9,7 +9,7 @@ question does not apply.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,9 @@ class PlanProgress:
 class Plan:
     """The figures every plan has; a method's plan adds its mechanism's parameters (the subclasses below)."""
 
+    # plan field → the card's mechanism key that must carry the same value once the run is done: what `dpconvert plan`
+    # printed is what ran (the pipeline checks it after every run; the contract tests compare `plan` with `convert`)
+    card_keys: ClassVar[dict] = {}
     method: str
     epsilon: float  # the headline ε, in ``scope`` under ``adjacency``
     delta: float
@@ -62,6 +65,7 @@ def _sigma_text(sigma: float, calibrated: bool) -> str:
 
 @dataclass(kw_only=True)
 class DpdfdPlan(Plan):
+    card_keys: ClassVar[dict] = {"sigma": "sigma", "steps": "releases", "batch_size": "batch_size"}
     method: str = "dpdfd"
     accountant: str
     sigma: float
@@ -100,6 +104,7 @@ class DpdfdPlan(Plan):
 class PknnPlan(Plan):
     """Private-kNN's labels (``accounting/pknn.PknnParams``' fields), alone or composed with a query generator."""
 
+    card_keys: ClassVar[dict] = {k: k for k in ("sigma2", "k", "sampling_rate", "sigma1", "threshold", "queries_asked")}
     method: str = "pknn"
     k: int
     sampling_rate: float
@@ -118,6 +123,7 @@ class PknnPlan(Plan):
 
 @dataclass(kw_only=True)
 class DpsgdPlan(Plan):
+    card_keys: ClassVar[dict] = {k: k for k in ("sigma", "steps", "sampling_rate", "clip", "count_sigma")}
     method: str = "dpsgd"
     sigma: float
     clip: float
@@ -133,6 +139,7 @@ class DpsgdPlan(Plan):
 
 @dataclass(kw_only=True)
 class AdlmPlan(Plan):
+    card_keys: ClassVar[dict] = {"epsilon_relevance": "epsilon_relevance", "epsilon_coefficients": "epsilon_coefficients"}
     method: str = "adlm"
     epsilon_relevance: float  # ε₁: the relevance release's Laplace budget (scale 1/ε₁)
     epsilon_coefficients: float  # ε₂

@@ -79,11 +79,9 @@ app.add_typer(card_app, name="card")
 
 def method_help(auto: bool = True) -> str:
     """The --method help, from the method registry (each method's one-line summary)."""
-    from dpconvert.methods import METHODS
+    from dpconvert.methods import METHODS, method_order
 
-    from dpconvert.methods import METHOD_ORDER
-
-    listed = "; ".join(f"{name}: {METHODS.get(name).summary}" for name in METHOD_ORDER)
+    listed = "; ".join(f"{name}: {METHODS.get(name).summary}" for name in method_order())
     return listed + ("; auto (default): DP-SGD with --private-data, DPDFD otherwise." if auto else ".")
 
 def _exit_usage(message: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dpconvert.errors import DpconvertError
 from dpconvert.io.teachers import LoadOptions
-from dpconvert.methods import METHOD_ORDER, METHODS
+from dpconvert.methods import METHODS, method_order
 from dpconvert.methods.dpgan import GanOptions
 from dpconvert.option_fields import DATA, OUTPUT, PRIVACY
 from dpconvert.options import RunOptions
@@ -23,7 +23,7 @@ from .app import app, method_help
 from .console import out
 from .generated import build, given, own, params_of, retitled
 
-METHOD_OPTIONS = tuple(METHODS.get(name).Options for name in METHOD_ORDER)
+METHOD_OPTIONS = tuple(METHODS.get(name).Options for name in method_order())
 
 
 START = "Start here"  # the panel a new user reads first: what every conversion is about

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 
-from dpconvert.methods import METHOD_ORDER, METHODS
+from dpconvert.methods import METHODS, method_order
 from dpconvert.options import DEFAULT_DELTA, RunOptions
 
 from .app import app, method_help
 from .generated import build, given, own, params_of, retitled
 
-METHOD_OPTIONS = tuple(METHODS.get(name).Options for name in METHOD_ORDER)
+METHOD_OPTIONS = tuple(METHODS.get(name).Options for name in method_order())
 
 
 def _plan_params() -> list:

@@ -1,4 +1,5 @@
-"""Methods behind a registry, one module each: ``dpdfd`` (query-level, data-free) and ``pknn`` (record-level).
+"""Methods behind a registry, one module each: ``dpdfd`` (query-level, data-free), ``pknn``, ``dpsgd`` and ``adlm``
+(record-level).
 
 A method is a ``base.Method``: its options dataclass (the real defaults), ``check`` (option combinations, before
 anything is loaded), ``run`` (plan → mechanism → student), its card name and the card blocks describing what ran.
@@ -8,38 +9,34 @@ Adding a method is adding one module that registers it (and its accountant and c
 
 from __future__ import annotations
 
-from dpconvert.errors import OptionError
+from dpconvert.errors import InternalError, OptionError
 
 from . import adlm, dpdfd, dpsgd, pknn  # noqa: F401  (register the methods)
 from .base import METHODS, NOT_COVERED, Method, MethodOutput
 
-__all__ = ["DATA_FREE_METHOD", "METHODS", "METHOD_ORDER", "NOT_COVERED", "Method", "MethodOutput", "choose_method"]
+__all__ = ["METHODS", "NOT_COVERED", "Method", "MethodOutput", "choose_method", "data_free_method", "method_order"]
 
-# how help and docs present the methods: the data-free one the product is named for, then the record-level ones by
-# what they need (private data + queries, private labels); a test keeps it equal to the registry
-METHOD_ORDER = ("dpdfd", "pknn", "dpsgd", "adlm")
-DATA_FREE_METHOD = METHOD_ORDER[0]  # what runs without private data, and what `dpconvert.plan` plans when no method is named
+
+def method_order() -> tuple[str, ...]:
+    """The registered methods as help and docs present them (``Method.listed_at``; a method registered from outside the
+    package comes after the built-in ones unless it says otherwise)."""
+    return tuple(sorted(METHODS.names(), key=lambda name: (METHODS.get(name).listed_at, name)))
+
+
+def data_free_method() -> str:
+    """What runs without private data, and what `dpconvert.plan` plans when no method is named."""
+    return next(name for name in method_order() if METHODS.get(name).data_free)
 
 
 def choose_method(run) -> tuple[str, str]:
-    """(method, why) for ``auto``, from what was given and the benchmark table (benchmarks/RESULTS.md).
-
-    Private data (with or without public queries): DP-SGD on ScatterNet features when they are small enough to keep per record
-    (``dpsgd.SCATTER_MAX_FEATURES``), end to end above
-    (Fashion-MNIST, record-level ε = 1: 88.6 % against Private-kNN's 82.2 % on the same private data plus 5 000 public
-    queries), so bringing public images never lowers accuracy; ``method`` pknn uses them. No private data: DPDFD.
-    """
+    """(method, why): for ``auto``, the method whose rule (``Method.auto_reason``) takes what was given — private data:
+    DP-SGD; none: DPDFD (see each rule for the benchmark behind it); by name otherwise."""
     if run.method == "auto":
-        if run.private_data and run.public_data:
-            return "dpsgd", ("private data given: record-level DP-SGD on the private labels, the best measured method (Fashion-MNIST, "
-                             "ε = 1: 88.6 % against 82.2 % for Private-kNN labelling the public queries); the public queries are not "
-                             "used: `method` pknn uses them")
-        if run.private_data:
-            return "dpsgd", ("private data given, no public queries: record-level DP-SGD on the private labels (the best measured method, "
-                             "88 % vs Private-kNN's 82 % on Fashion-MNIST at ε = 1)")
-        if run.public_data:
-            return "dpdfd", "no private data: DPDFD (query-level) on augmented public-image queries (not data-free)"
-        return "dpdfd", "no private data: data-free DPDFD (query-level)"
+        for name in method_order():
+            reason = METHODS.get(name).auto_reason(run)
+            if reason is not None:
+                return name, reason
+        raise InternalError(f"no registered method takes what was given (private data {bool(run.private_data)}); every rule declined")
     if run.method not in METHODS:
         raise OptionError(METHODS.unknown_message(run.method))
     return run.method, f"chosen by name: {METHODS.get(run.method).summary}"

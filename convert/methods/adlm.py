@@ -69,6 +69,7 @@ class AdaptiveLaplaceMethod(Method):
     name = "adlm"
     Options = AdlmOptions
     summary = "record-level Adaptive Laplace Mechanism (pure ε-DP, corrected)"
+    listed_at = 30
     card_name = "adlm"
 
     def check(self, run, opts: AdlmOptions, out=None) -> None:

@@ -47,6 +47,8 @@ class Method(ABC):
     Options: ClassVar[type]
     summary: ClassVar[str]  # one line for `--method auto`'s explanation and the docs
     card_name: ClassVar[str]  # the card's mechanism.method (what the card schema dispatches mechanism.config on)
+    listed_at: ClassVar[int] = 100  # its place in `--method` help, the options panels and the docs (smaller: earlier)
+    data_free: ClassVar[bool] = False  # runs without private data (`dpconvert.plan` plans the data-free method when none is named)
 
     @classmethod
     def config_class(cls) -> type:
@@ -57,6 +59,11 @@ class Method(ABC):
     noise_free: ClassVar[bool] = False  # has a noise-free mode (`no_privacy`: a non-private student for comparison)
     several_teachers: ClassVar[bool] = False  # distils several teachers at once
     takes_noise_multiplier: ClassVar[bool] = False  # its noise can be given as `noise_multiplier` instead of `eps`
+
+    def auto_reason(self, run) -> Optional[str]:
+        """Why `method` auto picks this method for what ``run`` was given (the reason the card records), or None when
+        it does not; the registered methods' rules are disjoint (``methods.choose_method`` asks them in listed order)."""
+        return None
 
     def describe_choice(self, opts, reason: str) -> str:
         """The card's ``method_choice``: why this method ran (``reason``: how it was chosen), with what its options

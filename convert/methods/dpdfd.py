@@ -55,6 +55,15 @@ class Dpdfd(Method):
     name = "dpdfd"
     Options = DpdfdOptions
     summary = "data-free DPDFD (query-level)"
+    listed_at = 0  # the method the product is named for
+    data_free = True
+
+    def auto_reason(self, run) -> Optional[str]:
+        if run.private_data:
+            return None
+        if run.public_data:
+            return "no private data: DPDFD (query-level) on augmented public-image queries (not data-free)"
+        return "no private data: data-free DPDFD (query-level)"
     card_name = "dpdfd"
 
     @classmethod

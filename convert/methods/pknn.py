@@ -43,6 +43,7 @@ class PrivateKnn(Method):
     name = "pknn"
     Options = PknnOptions
     summary = "record-level Private-kNN"
+    listed_at = 10
     card_name = "private-knn"
     distributed = True
 
