@@ -100,7 +100,7 @@ def main() -> None:
     from dpconvert.distill.config import DpdfdConfig
     from dpconvert.io.data import load_data
     from dpconvert.io.teachers import load_teacher
-    from dpconvert.mechanisms.source_targets import DENOISERS
+    from dpconvert.distill.source_targets import DENOISERS
     from dpconvert.students import default_student_name
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

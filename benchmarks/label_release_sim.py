@@ -163,7 +163,7 @@ def _rr_with_image_prior(src, released, y, n1, K, e, kmax, rr_release, info):
     """Stage 2: each view's prior is its source image's class frequencies among the stage-1 labels, debiased for RR
     and shrunk towards the overall mix (mixup views, with no single source, get the overall mix); k chosen per row as
     argmax_k (prior mass of the top k)·e/(e + k − 1)."""
-    from dpconvert.mechanisms.source_targets import SourceTargets
+    from dpconvert.distill.source_targets import SourceTargets
 
     q, p_keep = 1 / (e + K - 1), e / (e + K - 1)
     labels = SourceTargets(int(src.max()) + 1, K)  # per image: counts of each released stage-1 label (mixup views skipped)

@@ -85,7 +85,7 @@ def bare_pknn(run_card: dict, job: dict, teacher_spec, seed: int) -> dict:
     import torch
 
     from dpconvert.io.data import load_data
-    from dpconvert.mechanisms.features import batched_features, create_features
+    from dpconvert.distill.features import batched_features, create_features
     from dpconvert.mechanisms.private_knn import student_features, train_classifier
     from dpconvert.mechanisms.private_knn import combine_features
     from dpconvert.methods.pknn_options import PknnOptions

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 def main() -> None:
     from dpconvert.accounting.calibrate import dpdfd_sigma
     from dpconvert.distill.config import DpdfdConfig
-    from dpconvert.mechanisms.source_targets import SourceTargets, empirical_bayes
+    from dpconvert.distill.source_targets import SourceTargets, empirical_bayes
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cache", required=True)

@@ -386,7 +386,7 @@ def test_first_occurrences_is_exact():
 
 def test_empirical_bayes_denoiser_beats_the_raw_means_and_keeps_clean_ones():
     """Post-processing of released means: closer to the clean targets than the noisy means; no noise → unchanged."""
-    from dpconvert.mechanisms.source_targets import DENOISERS
+    from dpconvert.distill.source_targets import DENOISERS
 
     g = torch.Generator().manual_seed(0)
     protos = torch.randn(10, 10, generator=g) * 3

@@ -5,6 +5,8 @@ wall-clock bound."""
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_the_estimate_is_within_2x_of_the_phases_the_run_measured(tmp_path):
     import dpconvert
@@ -33,6 +35,7 @@ def test_the_median_timing_ignores_one_slow_repeat():
     assert median_seconds(fn, at_least=0.05) < 0.05 and len(calls) >= 3
 
 
+@pytest.mark.slow
 def test_the_dpsgd_estimate_is_within_2x_and_post_processing_of_the_noisy_count(tmp_path, models):
     """DP-SGD's estimate times the fixed features and one step on synthetic records, as many as the noisy count ñ
     says (timing the real lots would time n); drawing ñ first changes no event: one count, then the steps."""

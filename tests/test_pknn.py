@@ -200,7 +200,7 @@ def test_canaries_need_pknn(tmp_path, cli):
 
 
 def test_hog_pca_is_fitted_on_public_images_only():
-    from dpconvert.mechanisms.features import FEATURES
+    from dpconvert.distill.features import FEATURES
     from dpconvert.io.spec import InputSpec
 
     spec = InputSpec(1, 28, 28, 10)
@@ -287,7 +287,7 @@ def public_backbone(tmp_path_factory):
 
 
 def test_timm_backbone_features_use_the_given_weights(public_backbone):
-    from dpconvert.mechanisms.features import create_features
+    from dpconvert.distill.features import create_features
 
     path, model = public_backbone
     spec = DIGITS_SPEC
@@ -309,7 +309,7 @@ def test_timm_backbone_features_use_the_given_weights(public_backbone):
 
 def test_timm_backbone_features_errors(tmp_path):
     from dpconvert.errors import DpconvertError
-    from dpconvert.mechanisms.features import create_features
+    from dpconvert.distill.features import create_features
 
     with pytest.raises(DpconvertError, match="unknown timm model"):
         create_features("timm:resnet_nonexistent", DIGITS_SPEC)

@@ -39,7 +39,7 @@ class DpdfdConfig:
     prior_pool: int = 10  # after the first release, draw pool×n prior samples and keep a class-balanced, student-confident n
     # what the student learns from: "rows" replays every released (x, y_s) pair; "sources" (queries that are views of
     # source images, e.g. public images) averages the released targets per source image, denoises them
-    # (source_targets.DENOISERS) and trains on fresh views of the images (mechanisms/source_targets.py)
+    # (source_targets.DENOISERS) and trains on fresh views of the images (distill/source_targets.py)
     student_data: str = "rows"
     denoise: str = "bayes"
     student_samples: int = 400_000  # "sources": views the student trains on in all (epochs over the images follow from it)

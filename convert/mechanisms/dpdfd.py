@@ -32,7 +32,7 @@ from dpconvert.mechanisms.distinct_inputs import AnsweredInputs, first_by_hash, 
 from dpconvert.mechanisms.gaussian_release import NormalisedGaussianRelease
 from dpconvert.mechanisms.noise import as_generator, noise_stream
 from dpconvert.mechanisms.output_gradients import label_log_likelihood, per_sample_output_gradient
-from dpconvert.mechanisms.source_targets import DENOISERS, SourceTargets
+from dpconvert.distill.source_targets import DENOISERS, SourceTargets
 from dpconvert.profiling import median_seconds, phase
 from dpconvert.seeds import stream
 

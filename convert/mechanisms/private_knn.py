@@ -312,7 +312,7 @@ class PrivateKnnRounds:
         """(answered mask, noisy histograms of the answered queries) for queries ``qx``: φ is the first map in round 1,
         then the student's features beside it (``opts``: round_features, round_features_weight). The student saw
         public queries and DP labels only, so its features of the private records are post-processing."""
-        from dpconvert.mechanisms.features import batched_features
+        from dpconvert.distill.features import batched_features
         from dpconvert.profiling import phase
 
         with phase("features", items=len(self._x) + len(qx)):

@@ -249,7 +249,7 @@ class PrivateKnn(Method):
         far (post-processing), refine φ with it."""
         import torch
 
-        from dpconvert.mechanisms.features import create_features
+        from dpconvert.distill.features import create_features
         from dpconvert.mechanisms.private_knn import histogram_targets, train_classifier
         from dpconvert.students import create_student, default_student_name
 
