@@ -125,6 +125,7 @@ def test_every_cli_option_has_help():
     walk(get_command(app), "dpconvert")
 
 
+@pytest.mark.slow
 def test_python_api(tmp_path):
     import dpconvert
 

@@ -243,6 +243,7 @@ def test_an_unwritable_out_fails_before_any_work(tmp_path, cli, monkeypatch):
     assert not Path("/sys/student.onnx").exists()
 
 
+@pytest.mark.slow
 def test_an_existing_out_is_replaced_only_with_force(tmp_path, cli):
     out = tmp_path / "s.onnx"
     assert cli("builtin:digits", "--out", out, *FAST)[0] == 0

@@ -31,6 +31,7 @@ def test_a_text_file_named_pt_is_not_called_a_pickle(cli, tmp_path):
     assert "not a PyTorch checkpoint" in line and "trust-pickle" not in line
 
 
+@pytest.mark.slow
 def test_an_input_size_that_contradicts_the_models_normalisation_says_so(cli, tmp_path):
     import timm
     from safetensors.torch import save_file

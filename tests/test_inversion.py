@@ -40,6 +40,7 @@ def test_the_score_is_zero_for_a_recovered_training_image_and_large_for_noise():
     assert noise.baseline == pytest.approx(np.mean(medians), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_audit_reports_the_inversion_of_the_model_and_its_teacher(tmp_path, cli):
     out = tmp_path / "s.onnx"
     assert cli("builtin:digits", "--eps", "1", "--batch-size", "3000", "--epochs", "1", "--out", out)[0] == 0

@@ -159,6 +159,7 @@ def teacher_files(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_three_teachers_on_disjoint_partitions_convert_to_a_record_level_card(teacher_files, tmp_path, cli):
     from dpconvert.auditing.card_checks import check_card
 

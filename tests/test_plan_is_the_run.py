@@ -82,6 +82,7 @@ def test_plan_refuses_what_convert_refuses():
         dpconvert.plan("pate")
 
 
+@pytest.mark.slow
 def test_every_methods_spent_epsilon_is_checked_once_and_the_card_says_it():
     """``accounting/card_blocks.check_spent``: the ε the recorded events give when replayed (as the audit does) must be
     the live accountant's and within the target; the card's guarantee block states exactly that ε."""
