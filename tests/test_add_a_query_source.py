@@ -45,8 +45,9 @@ def test_a_query_source_written_outside_the_package_passes_the_contract(gratings
     assert card["mechanism"]["query_source"].startswith("random oriented gratings (200;")
 
 
-def test_an_unknown_query_source_name_lists_the_registered_ones(gratings):
+def test_no_query_source_given_lists_the_registered_ones(gratings, tmp_path):
     import dpconvert
 
     with pytest.raises(dpconvert.DpconvertError, match=f"FILE .* or one of: .*{NAME}"):
-        dpconvert.convert("builtin:digits", out="/tmp/never.onnx", method="pknn", private_data="builtin:digits:train", eps=8.0)
+        dpconvert.convert("builtin:digits", out=tmp_path / "never.onnx", method="pknn", private_data="builtin:digits:train", eps=8.0)
+    assert list(tmp_path.iterdir()) == []
