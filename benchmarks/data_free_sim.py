@@ -98,6 +98,7 @@ def pooled(student, source, idx, targets, k: int) -> torch.Tensor:
 def main() -> None:
     from dpconvert.accounting.calibrate import dpdfd_sigma
     from dpconvert.distill.config import DpdfdConfig
+    from dpconvert.methods.dpdfd_options import DpdfdOptions, engine_option_settings
     from dpconvert.io.data import load_data
     from dpconvert.io.teachers import load_teacher
     from dpconvert.distill.source_targets import DENOISERS
@@ -139,7 +140,8 @@ def main() -> None:
                 targets = DENOISERS.get(a.denoise)(noisy, torch.full((n,), var, dtype=torch.float64), seed)
                 idx = torch.arange(n)
                 for la in adjust:
-                    cfg = DpdfdConfig(student_data="sources", logit_adjust=la, seed=seed, student_samples=a.student_samples)
+                    cfg = DpdfdConfig(**{**engine_option_settings(DpdfdOptions(), spec), "logit_adjust": la}, student_data="sources", seed=seed,
+                                      student_samples=a.student_samples)
                     t1 = time.time()
                     student, shift = train(spec, source, idx, targets, cfg, default_student_name(spec))
                     acc, plain = accuracy(student, data, shift)

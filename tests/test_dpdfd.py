@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from dpconvert.accounting import DpdfdAccountant, dpdfd
-from dpconvert.distill.config import DpdfdConfig
+from tests.engine import engine_config
 from dpconvert.mechanisms.dpdfd import Dpdfd
 from dpconvert.mechanisms.output_gradients import label_log_likelihood, per_sample_output_gradient
 from dpconvert.generators import GENERATORS, create_generator
@@ -50,14 +50,14 @@ def test_ce_output_gradient_closed_form():
     t = torch.randn(6, 10)
     loss = F.cross_entropy(s, t.argmax(1), reduction="sum")
     (auto,) = torch.autograd.grad(loss, s)
-    assert torch.allclose(per_sample_output_gradient(s.detach(), t, DpdfdConfig(distill_loss="ce")), auto, atol=1e-6)
+    assert torch.allclose(per_sample_output_gradient(s.detach(), t, engine_config(distill_loss="ce")), auto, atol=1e-6)
 
 
 def test_sigma_zero_decodes_the_teacher_label_exactly():
     acc = DpdfdAccountant()
     mech = NormalisedGaussianRelease(sigma=0.0, clip=1.0, accountant=acc, generator=torch.Generator())
     s, t = torch.randn(50, 10), torch.randn(50, 10)
-    g = mech.release(per_sample_output_gradient(s, t, DpdfdConfig(distill_loss="ce")))
+    g = mech.release(per_sample_output_gradient(s, t, engine_config(distill_loss="ce")))
     assert torch.equal(label_log_likelihood(s, g, mech).argmax(1), t.argmax(1))
 
 
@@ -89,7 +89,7 @@ def test_sigma_zero_equals_plain_distillation(loss):
     from dpconvert.distill.models import classifier
 
     teacher, student, twin = _teacher_student_and_twin()
-    cfg = DpdfdConfig(releases=1, batch_size=64, sigma=0.0, distill_loss=loss, target_step=1.0, score_scale=5.0, student_epochs=1,
+    cfg = engine_config(releases=1, batch_size=64, sigma=0.0, distill_loss=loss, target_step=1.0, score_scale=5.0, student_epochs=1,
                       minibatch=16, prior_pool=1)
     if cfg.zero_head:  # as the engine does: the first release is taken at s = 0
         torch.nn.init.zeros_(classifier(twin).weight)
@@ -128,13 +128,13 @@ def test_logit_output_gradient_closed_form():
     centred = lambda v: v - v.mean(1, keepdim=True)  # noqa: E731
     loss = 0.5 * (centred(s) - centred(t)).pow(2).sum()
     (auto,) = torch.autograd.grad(loss, s)
-    assert torch.allclose(per_sample_output_gradient(s.detach(), t, DpdfdConfig(distill_loss="logits")), auto, atol=1e-6)
+    assert torch.allclose(per_sample_output_gradient(s.detach(), t, engine_config(distill_loss="logits")), auto, atol=1e-6)
 
 
 def test_logit_release_at_zero_head_is_the_teacher_ranking():
     """A zero student head puts the first release at s = 0: the normalised row is −C·(t − t̄)/‖t − t̄‖."""
     torch.manual_seed(0)
-    cfg = DpdfdConfig(releases=1, batch_size=40, sigma=0.0, clip=0.5, student_epochs=1, minibatch=40)
+    cfg = engine_config(releases=1, batch_size=40, sigma=0.0, clip=0.5, student_epochs=1, minibatch=40)
     assert (cfg.distill_loss, cfg.student_target, cfg.zero_head) == ("logits", "centred", True)
     teacher = create_student("datalens_cnn", SPEC).eval()
     job = Dpdfd(lambda x: teacher(x), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
@@ -158,7 +158,7 @@ def test_progress_display_does_not_change_the_student():
     for watch in (False, True):
         student = create_student("datalens_cnn", SPEC)
         student.load_state_dict(init)
-        cfg = DpdfdConfig(releases=2, batch_size=64, sigma=1.0, student_epochs=3, minibatch=32, prior_pool=2)
+        cfg = engine_config(releases=2, batch_size=64, sigma=1.0, student_epochs=3, minibatch=32, prior_pool=2)
         job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC),
                     noise=torch.Generator().manual_seed(1))  # the same noise in both runs (the default stream is secret)
         if watch:
@@ -171,7 +171,7 @@ def test_progress_display_does_not_change_the_student():
 def test_the_time_estimate_counts_the_student_samples_the_run_trains_on():
     """The up-front estimate plans the student samples of every round; the rounds then train on exactly that many."""
     torch.manual_seed(0)
-    cfg = DpdfdConfig(releases=3, batch_size=32, sigma=1.0, student_epochs=2, minibatch=16)
+    cfg = engine_config(releases=3, batch_size=32, sigma=1.0, student_epochs=2, minibatch=16)
     job = Dpdfd(lambda x: torch.randn(len(x), 10), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
                 prior=create_generator("random_fields", SPEC))
     trained = []
@@ -184,7 +184,7 @@ def test_the_time_estimate_counts_the_student_samples_the_run_trains_on():
 
 def test_cosine_schedule_decays_the_student_lr_to_zero_over_each_replay():
     torch.manual_seed(0)
-    cfg = DpdfdConfig(releases=1, batch_size=64, sigma=1.0, student_epochs=2, minibatch=16, logit_adjust=False)
+    cfg = engine_config(releases=1, batch_size=64, sigma=1.0, student_epochs=2, minibatch=16, logit_adjust=False)
     job = Dpdfd(lambda x: torch.randn(len(x), 10), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
                 prior=create_generator("random_fields", SPEC))
     seen = []
@@ -203,7 +203,7 @@ def test_teacher_is_only_called_forward_without_grad():
         calls.append((x.requires_grad, torch.is_grad_enabled()))
         return torch.randn(x.shape[0], 10)
 
-    cfg = DpdfdConfig(releases=2, batch_size=32, sigma=1.0, student_epochs=1, minibatch=32, prior_pool=2)
+    cfg = engine_config(releases=2, batch_size=32, sigma=1.0, student_epochs=1, minibatch=32, prior_pool=2)
     job = Dpdfd(teacher, create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC))
     job.run()
     assert calls and all(not rg and not ge for rg, ge in calls)
@@ -237,7 +237,7 @@ def test_logit_adjustment_centres_the_student_on_the_queries_and_is_post_process
         student = create_student("datalens_cnn", SPEC)
         student.load_state_dict(init)
         accountant = DpdfdAccountant()
-        cfg = DpdfdConfig(releases=1, batch_size=200, sigma=1.0, student_epochs=1, minibatch=50, logit_adjust=adjust)
+        cfg = engine_config(releases=1, batch_size=200, sigma=1.0, student_epochs=1, minibatch=50, logit_adjust=adjust)
         job = Dpdfd(lambda x: teacher(x), student, None, cfg, accountant, prior=create_generator("random_fields", SPEC),
                     noise=torch.Generator().manual_seed(1))
         job.run()
@@ -299,7 +299,7 @@ def test_a_release_never_repeats_an_input():
     """The query-level sensitivity C holds when one teacher answer moves one row: a repeated input is redrawn."""
     source = _public_source(20, max_shift=1, flip=True, mix_prob=0.0, subpixel=False)  # 20 images × 9 shifts × 2 flips = 360 inputs
     teacher, student, _ = _teacher_student_and_twin()
-    job = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(releases=1, batch_size=200, sigma=1.0), DpdfdAccountant(),
+    job = Dpdfd(lambda x: teacher(x), student, None, engine_config(releases=1, batch_size=200, sigma=1.0), DpdfdAccountant(),
                 prior=source)
     job.release()
     x = job.released_inputs()
@@ -313,12 +313,12 @@ def test_a_release_larger_than_the_distinct_inputs_is_refused():
     from dpconvert.errors import DpconvertError
 
     teacher, student, _ = _teacher_student_and_twin()
-    job = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(releases=1, batch_size=5, sigma=1.0), DpdfdAccountant(),
+    job = Dpdfd(lambda x: teacher(x), student, None, engine_config(releases=1, batch_size=5, sigma=1.0), DpdfdAccountant(),
                 prior=_public_source(3, max_shift=0, flip=False, mix_prob=0.0))
     with pytest.raises(DpconvertError, match="only 3 distinct inputs.*`batch_size`"):
         job.release()
     assert not job.buffer_x
-    by_source = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(releases=1, batch_size=5, sigma=1.0, student_data="sources"),
+    by_source = Dpdfd(lambda x: teacher(x), student, None, engine_config(releases=1, batch_size=5, sigma=1.0, student_data="sources"),
                       DpdfdAccountant(), prior=_public_source(3, max_shift=0, flip=False, mix_prob=0.0))
     with pytest.raises(DpconvertError, match="only 3 distinct inputs.*`batch_size`"):
         by_source.release()
@@ -330,7 +330,7 @@ def test_views_of_source_images_are_distinct_and_averaged_per_image():
     each image's target is the mean of the rows released about it."""
     source = _public_source(4, max_shift=1, flip=True, mix_prob=0.0, subpixel=False)  # 4 × 9 × 2 = 72 inputs
     teacher, student, _ = _teacher_student_and_twin()
-    cfg = DpdfdConfig(releases=1, batch_size=40, sigma=0.0, student_data="sources", denoise="none")
+    cfg = engine_config(releases=1, batch_size=40, sigma=0.0, student_data="sources", denoise="none")
     job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=source)
     job.release()
     assert not job.buffer_x and int(job.source_targets.counts.sum()) == 40
@@ -352,13 +352,13 @@ def test_two_million_distinct_views_from_five_thousand_images():
     """Sub-pixel shifts: a GPU-sized release of distinct inputs from a few thousand public images (8×8 here for speed)."""
     source = _public_source(5000, mix_prob=0.0)
     teacher, student, _ = _teacher_student_and_twin()
-    job = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(batch_size=2_000_000, student_data="sources"), DpdfdAccountant(),
+    job = Dpdfd(lambda x: teacher(x), student, None, engine_config(batch_size=2_000_000, student_data="sources"), DpdfdAccountant(),
                 prior=source)
     z = job.distinct_prior_draws(2_000_000)
     assert len(z) == 2_000_000
     assert int(torch.bincount(source.base_index(z), minlength=5000).min()) > 300  # ~400 views of every image
     # replayed rows (the default) keep the views themselves: 200 000 from 500 images, where integer shifts gave at most 25 000
-    rows = Dpdfd(lambda x: teacher(x), student, None, DpdfdConfig(batch_size=200_000), DpdfdAccountant(),
+    rows = Dpdfd(lambda x: teacher(x), student, None, engine_config(batch_size=200_000), DpdfdAccountant(),
                  prior=_public_source(500, mix_prob=0.0))
     assert len(torch.unique(rows.distinct_queries(200_000).flatten(1), dim=0)) == 200_000
 
@@ -422,7 +422,7 @@ def test_keeping_z_instead_of_images_trains_the_same_student():
         torch.manual_seed(0)
         student = create_student("datalens_cnn", SPEC)
         teacher = create_student("datalens_cnn", SPEC).eval()
-        cfg = DpdfdConfig(releases=2, batch_size=300, sigma=2.0, student_epochs=2, minibatch=64, prior_pool=1, image_buffer_bytes=limit)
+        cfg = engine_config(releases=2, batch_size=300, sigma=2.0, student_epochs=2, minibatch=64, prior_pool=1, image_buffer_bytes=limit)
         job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC),
                     noise=torch.Generator().manual_seed(5))
         assert job.store_z == (limit == 0)
@@ -457,7 +457,7 @@ def test_device_defaults_and_bf16_autocast(tmp_path):
 
     torch.manual_seed(0)
     teacher = create_student("datalens_cnn", SPEC).eval()
-    cfg = DpdfdConfig(releases=1, batch_size=500, sigma=0.0, student_epochs=1, amp="bf16")
+    cfg = engine_config(releases=1, batch_size=500, sigma=0.0, student_epochs=1, amp="bf16")
     job = Dpdfd(lambda x: teacher(x), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
                 prior=create_generator("random_fields", SPEC), noise=torch.Generator().manual_seed(1))
     job.release()

@@ -126,13 +126,13 @@ def _ensemble(members: list):
 
 
 def _job(teacher):
-    from dpconvert.distill.config import DpdfdConfig
+    from tests.engine import engine_config
     from dpconvert.generators import create_generator
     from dpconvert.mechanisms.dpdfd import Dpdfd
     from dpconvert.students import create_student
 
     spec = teacher.spec
-    cfg = DpdfdConfig(releases=1, batch_size=256, sigma=2.0, student_epochs=1, seed=0)
+    cfg = engine_config(releases=1, batch_size=256, sigma=2.0, student_epochs=1, seed=0)
     return Dpdfd(teacher, create_student("datalens_cnn", spec), None, cfg, DisjointTeachersDpdfdAccountant(),
                  prior=create_generator("random_fields", spec), noise=torch.Generator().manual_seed(1))
 

@@ -162,3 +162,19 @@ def test_convert_help_leads_with_what_a_new_user_needs(cli):
     start, teacher = out.index("Start here"), out.index("─ Teacher")
     assert start < teacher and all(start < out.index(f) < teacher for f in ("--out", "--eps", "--method", "--private-data"))
     assert "<str>" not in out and "<int>" not in out and "<float>" not in out
+
+
+def test_an_engine_setting_a_user_sets_has_its_one_default_in_the_options():
+    """``DpdfdConfig`` repeats no default of ``DpdfdOptions``: a setting the user's options set is a required field of
+    the engine's config, resolved by ``engine_option_settings`` (which sets every one of them)."""
+    import dataclasses
+
+    from dpconvert.distill.config import DpdfdConfig
+    from dpconvert.io.spec import InputSpec
+    from dpconvert.methods.dpdfd_options import DpdfdOptions, engine_option_settings
+
+    # amp: the option's None (the device's default) and "off" both resolve to the engine's None: the method maps them
+    shared = {f.name for f in dataclasses.fields(DpdfdOptions)} & {f.name for f in dataclasses.fields(DpdfdConfig)} - {"amp"}
+    with_default = {f.name for f in dataclasses.fields(DpdfdConfig) if f.name in shared and f.default is not dataclasses.MISSING}
+    assert len(shared) >= 8 and with_default == set()
+    assert set(engine_option_settings(DpdfdOptions(), InputSpec(1, 28, 28, 10))) == shared

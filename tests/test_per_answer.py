@@ -105,7 +105,7 @@ def test_a_differing_input_asked_only_sometimes_costs_at_most_one_release():
 # ------------------------------------------------------------------ the engine: distinct over the run, teacher only through the release
 def _engine(teacher, releases=3, batch=600, generator=True, seed=0):
     from dpconvert.io.spec import InputSpec
-    from dpconvert.distill.config import DpdfdConfig
+    from tests.engine import engine_config
     from dpconvert.mechanisms.dpdfd import Dpdfd
     from dpconvert.mechanisms.noise import noise_stream
     from dpconvert.generators import create_generator
@@ -113,7 +113,7 @@ def _engine(teacher, releases=3, batch=600, generator=True, seed=0):
 
     spec = InputSpec(1, 8, 8, 10, (0.305,), (0.376,))
     torch.manual_seed(seed)
-    cfg = DpdfdConfig(releases=releases, batch_size=batch, sigma=3.0, student_epochs=1, minibatch=256, generator_steps=5, gen_batch=64,
+    cfg = engine_config(releases=releases, batch_size=batch, sigma=3.0, student_epochs=1, minibatch=256, generator_steps=5, gen_batch=64,
                       prior_pool=3, seed=seed, logit_adjust=True, prior_fraction=0.5 if generator else 1.0)
     acc = PerAnswerDpdfdAccountant()
     job = Dpdfd(teacher, create_student("datalens_cnn", spec), create_generator("dafl_small", spec) if generator else None, cfg, acc,

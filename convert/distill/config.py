@@ -6,28 +6,36 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DpdfdConfig:
-    """The engine's settings. Each default is what a default conversion of a 28×28 teacher on a CPU runs (the method's
-    ``_engine_config`` derives the rest from the input size, the device and the plan), so a test that builds a
-    ``DpdfdConfig`` tests what users get."""
+    """The engine's settings. The ones a user sets are required here: their one default is the option's
+    (``methods/dpdfd_options.DpdfdOptions``, resolved for the teacher by ``engine_option_settings``); the rest are the
+    engine's own, each what a default conversion runs."""
 
-    releases: int = 1  # T: noisy releases (accountant events)
-    batch_size: int = 100_000  # B: rows per release
-    sigma: float = 0.0  # noise multiplier (std σ·C per entry)
-    clip: float = 1.0  # C: row norm after normalisation
-    target_step: float = 5.0  # γ in y_s = s − γ·g̃ (Algorithm 1 line 10)
+    # the user's options, resolved (methods/dpdfd_options.engine_option_settings): no default here
+    releases: int  # T: noisy releases (accountant events)
+    batch_size: int  # B: rows per release
+    clip: float  # C: row norm after normalisation
     # L_T (mechanisms/output_gradients.py: DISTILL_LOSSES): "logits" (centred logit matching; default, chosen by
     # benchmark: benchmarks/RESULTS.md, table 1), "ce" on the teacher argmax (the paper's choice) or "kd" (soft
     # probabilities at kd_temperature)
-    distill_loss: str = "logits"
-    score_scale: float = 5.0  # λ: logit gap the clean score target corresponds to (ce)
+    distill_loss: str
     # logit adjustment after training (post-processing): subtract the student's mean logits over the released queries
     # from its head bias, so the query set's class mix is not kept as a prior on real inputs (Menon et al. 2021)
-    logit_adjust: bool = True
+    logit_adjust: bool
+    student_lr: float  # peak of the cosine schedule
+    prior_pool: int  # after the first release, draw pool×n prior samples and keep a class-balanced, student-confident n
+    # "sources" with several releases: each release queries views of this many source images no release queried yet,
+    # those the student trained on the earlier releases is least sure about (uncertainty sampling: post-processing, and
+    # per-answer accounting keeps the ε of one release); 0: every release queries views of every source image. Measured
+    # on Fashion-MNIST (benchmarks/RESULTS.md, table 12): 4 × 625 of 20 000 prior images 61.3 % against 56.0 % for
+    # today's default (seed 0); picking them class-balanced by the student's predictions lost (52.7 %) and was removed
+    new_sources_per_release: int
+    sigma: float = 0.0  # noise multiplier (std σ·C per entry): the plan's
+    target_step: float = 5.0  # γ in y_s = s − γ·g̃ (Algorithm 1 line 10)
+    score_scale: float = 5.0  # λ: logit gap the clean score target corresponds to (ce)
     kd_temperature: float = 4.0
     student_epochs: int = 8  # replay passes over the whole buffer after each release, on a cosine schedule
-    student_lr: float = 2e-3  # peak of the cosine schedule
     minibatch: int = 2048
     generator_steps: int = 100  # generator updates per round (student as fixed discriminator)
     generator_lr: float = 1e-3
@@ -36,7 +44,6 @@ class DpdfdConfig:
     loss_balance: float = 1.0  # α: Σ p̄ log p̄ (class balance)
     loss_activation: float = 0.1  # β: −‖f_s(x)‖ (activation term)
     prior_fraction: float = 1.0  # share of each release drawn from the data-independent prior (0.5 beside a learned generator)
-    prior_pool: int = 10  # after the first release, draw pool×n prior samples and keep a class-balanced, student-confident n
     # what the student learns from: "rows" replays every released (x, y_s) pair; "sources" (queries that are views of
     # source images, e.g. public images) averages the released targets per source image, denoises them
     # (source_targets.DENOISERS) and trains on fresh views of the images (distill/source_targets.py)
@@ -45,12 +52,6 @@ class DpdfdConfig:
     student_samples: int = 400_000  # "sources": views the student trains on in all (epochs over the images follow from it)
     source_minibatch: int = 256  # "sources": images per student step (loss: cross-entropy to the softmax of each target)
     amp: Optional[str] = None  # "bf16": teacher and student forward under bf16 autocast; the release stays fp32
-    # "sources" with several releases: each release queries views of this many source images no release queried yet,
-    # those the student trained on the earlier releases is least sure about (uncertainty sampling: post-processing, and
-    # per-answer accounting keeps the ε of one release); 0: every release queries views of every source image. Measured
-    # on Fashion-MNIST (benchmarks/RESULTS.md, table 12): 4 × 625 of 20 000 prior images 61.3 % against 56.0 % for
-    # today's default (seed 0); picking them class-balanced by the student's predictions lost (52.7 %) and was removed
-    new_sources_per_release: int = 0
     image_buffer_bytes: int = 2**30  # keep released inputs as images up to this size, else as the prior's z (re-rendered)
     seed: int = 0
 

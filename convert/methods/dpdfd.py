@@ -21,7 +21,7 @@ from dpconvert.accounting.plans import DpdfdPlan
 
 from .dpdfd_options import (
     DATA_FREE_DENOISE, PUBLIC_TARGETS, PER_IMAGE_BATCH, DpdfdOptions, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
-    draw_prior_images, fixed_prior_images, device_kind, default_batch_size, default_epochs, default_student_lr,
+    draw_prior_images, fixed_prior_images, device_kind, default_batch_size, default_epochs, engine_option_settings,
     default_minibatch, check_prior_name, check_generator_path, distinct_answers_warning, GAN_QUERIES, gan_images,
 )
 from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, register
@@ -326,12 +326,9 @@ class Dpdfd(Method):
     def _engine_config(self, run, opts: DpdfdOptions, plan: DpdfdPlan, generator, teacher_spec, prior):
         from dpconvert.distill.config import DpdfdConfig
 
-        settings = dict(releases=opts.releases, batch_size=plan.batch_size, sigma=plan.sigma, clip=opts.clip,
-                        prior_pool=opts.prior_pool, student_epochs=plan.student_epochs, seed=run.seed,
-                        distill_loss=opts.distill_loss, prior_fraction=1.0 if generator is None else 0.5,
-                        minibatch=default_minibatch(teacher_spec), student_lr=opts.student_lr or default_student_lr(teacher_spec),
-                        logit_adjust=opts.logit_adjust, new_sources_per_release=opts.new_sources_per_release,
-                        student_data=PUBLIC_TARGETS[public_targets(run, opts, teacher_spec)],
+        settings = dict(engine_option_settings(opts, teacher_spec, run.device), batch_size=plan.batch_size, sigma=plan.sigma,
+                        student_epochs=plan.student_epochs, seed=run.seed, prior_fraction=1.0 if generator is None else 0.5,
+                        minibatch=default_minibatch(teacher_spec), student_data=PUBLIC_TARGETS[public_targets(run, opts, teacher_spec)],
                         amp=DEVICE_DEFAULTS[device_kind(run.device)].amp if opts.amp is None else (None if opts.amp == "off" else opts.amp))
         if opts.new_sources_per_release and settings["student_data"] != "sources":  # before any release
             raise DpconvertError("`new_sources_per_release` picks the images of per-image targets: give `public_data` or `prior_images`, "

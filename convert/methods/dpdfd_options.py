@@ -226,6 +226,14 @@ def default_student_lr(spec) -> float:
     return 4e-3 if _small(spec) else 2e-3
 
 
+def engine_option_settings(opts: "DpdfdOptions", spec, device: str = "cpu") -> dict:
+    """The engine's settings (``distill/config.DpdfdConfig``) that the user's options set, resolved for this teacher
+    and device: the options class holds their one default (the plan may still raise B for per-image targets)."""
+    return dict(releases=opts.releases, batch_size=opts.batch_size or default_batch_size(spec, device), clip=opts.clip,
+                distill_loss=opts.distill_loss, logit_adjust=opts.logit_adjust, student_lr=opts.student_lr or default_student_lr(spec),
+                prior_pool=opts.prior_pool, new_sources_per_release=opts.new_sources_per_release)
+
+
 def default_minibatch(spec) -> int:
     return RELEASE_ROWS_DEFAULT if spec.channels * spec.height * spec.width <= 3 * 32 * 32 else LARGE_INPUT_MINIBATCH
 
