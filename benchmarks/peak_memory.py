@@ -20,6 +20,7 @@ from _results import append_row  # benchmarks/_results.py (the script's folder i
 
 
 def main() -> None:
+    import dpconvert.distill.rounds as rounds
     import dpconvert.mechanisms.dpdfd as engine
     import dpconvert.pipeline as pipeline
     from dpconvert import convert
@@ -40,7 +41,7 @@ def main() -> None:
             yield
         after[name] = peak_rss_mib()
 
-    engine.phase = pipeline.phase = traced
+    engine.phase = rounds.phase = pipeline.phase = traced
     with tempfile.TemporaryDirectory() as d:
         convert(a.teacher, out=Path(d) / "s.onnx", eps=1, seed=0, seeded_noise=True, public_data=a.public_data,
                 batch_size=a.batch_size, epochs=a.epochs)

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from dpconvert.accounting import DpdfdAccountant, dpdfd
-from tests.engine import engine_config
+from dpconvert.distill.rounds import DpdfdRounds, planned_student_samples
+from tests.engine import engine_config, released_once, run_rounds
 from dpconvert.mechanisms.dpdfd import Dpdfd
 from dpconvert.mechanisms.output_gradients import label_log_likelihood, per_sample_output_gradient
 from dpconvert.generators import GENERATORS, create_generator
@@ -74,10 +75,10 @@ def _teacher_student_and_twin():
 def _release_and_train(teacher, student, cfg, order_seed):
     """One DPDFD release and one replay; returns the released inputs (minibatch order from ``order_seed``)."""
     job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC))
-    job.release()
-    job.trainer.rng = torch.Generator().manual_seed(order_seed)
-    job.train_student()
-    return job.released_inputs()
+    done = released_once(job)
+    done.trainer.rng = torch.Generator().manual_seed(order_seed)
+    done.train_student()
+    return done.released_inputs()
 
 
 @pytest.mark.parametrize("loss", ["ce", "logits"])
@@ -139,8 +140,8 @@ def test_logit_release_at_zero_head_is_the_teacher_ranking():
     teacher = create_student("datalens_cnn", SPEC).eval()
     job = Dpdfd(lambda x: teacher(x), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
                 prior=create_generator("random_fields", SPEC))
-    job.release()
-    x, y = job.released_inputs(), job.buffer_y[0]
+    done = released_once(job)
+    x, y = done.released_inputs(), done.buffer_y[0]
     with torch.no_grad():
         t = teacher(x)
     t = t - t.mean(1, keepdim=True)
@@ -163,7 +164,7 @@ def test_progress_display_does_not_change_the_student():
                     noise=torch.Generator().manual_seed(1))  # the same noise in both runs (the default stream is secret)
         if watch:
             job.attach_holdout(100)
-        job.run(on_progress=(lambda info: None) if watch else None)
+        run_rounds(job, on_progress=(lambda info: None) if watch else None)
         students.append(student.state_dict())
     assert all(torch.equal(students[0][k], students[1][k]) for k in init)
 
@@ -177,8 +178,8 @@ def test_the_time_estimate_counts_the_student_samples_the_run_trains_on():
     trained = []
     fit = job.model.fit_forward
     job.model.fit_forward = lambda x: (trained.append(len(x)), fit(x))[1]
-    planned = job._planned_student_samples()
-    job.run()
+    planned = planned_student_samples(job.cfg)
+    run_rounds(job)
     assert planned == sum(trained) == 2 * 32 * (1 + 2 + 3)
 
 
@@ -188,10 +189,11 @@ def test_cosine_schedule_decays_the_student_lr_to_zero_over_each_replay():
     job = Dpdfd(lambda x: torch.randn(len(x), 10), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
                 prior=create_generator("random_fields", SPEC))
     seen = []
-    opt = job.trainer.opt
+    done = DpdfdRounds(job)
+    opt = done.trainer.opt
     step = opt.step
     opt.step = lambda: (seen.append(opt.param_groups[0]["lr"]), step())
-    job.run()
+    done.run()
     assert len(seen) == 8 and seen[0] == cfg.student_lr
     assert all(a > b for a, b in zip(seen, seen[1:])) and seen[-1] < 0.05 * cfg.student_lr
 
@@ -205,7 +207,7 @@ def test_teacher_is_only_called_forward_without_grad():
 
     cfg = engine_config(releases=2, batch_size=32, sigma=1.0, student_epochs=1, minibatch=32, prior_pool=2)
     job = Dpdfd(teacher, create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC))
-    job.run()
+    run_rounds(job)
     assert calls and all(not rg and not ge for rg, ge in calls)
 
 
@@ -240,11 +242,11 @@ def test_logit_adjustment_centres_the_student_on_the_queries_and_is_post_process
         cfg = engine_config(releases=1, batch_size=200, sigma=1.0, student_epochs=1, minibatch=50, logit_adjust=adjust)
         job = Dpdfd(lambda x: teacher(x), student, None, cfg, accountant, prior=create_generator("random_fields", SPEC),
                     noise=torch.Generator().manual_seed(1))
-        job.run()
+        done = run_rounds(job)
         assert accountant.count(NormalisedGaussianRelease.mechanism) == 1
         trained[adjust] = student.eval()
     with torch.no_grad():
-        x = job.released_inputs()
+        x = done.released_inputs()
         mean_before = trained[False](x).mean(0)
         assert trained[True](x).mean(0).abs().max() < 1e-4 < mean_before.abs().max()
     a, b = trained[False].state_dict(), trained[True].state_dict()
@@ -301,8 +303,7 @@ def test_a_release_never_repeats_an_input():
     teacher, student, _ = _teacher_student_and_twin()
     job = Dpdfd(lambda x: teacher(x), student, None, engine_config(releases=1, batch_size=200, sigma=1.0), DpdfdAccountant(),
                 prior=source)
-    job.release()
-    x = job.released_inputs()
+    x = released_once(job).released_inputs()
     assert len(x) == len(torch.unique(x.flatten(1), dim=0)) == 200
     # 200 plain draws from 360 inputs do repeat (birthday bound), so this test fails if the redraw is removed
     z, _ = job.queries.sample(200, source.nz)
@@ -316,13 +317,13 @@ def test_a_release_larger_than_the_distinct_inputs_is_refused():
     job = Dpdfd(lambda x: teacher(x), student, None, engine_config(releases=1, batch_size=5, sigma=1.0), DpdfdAccountant(),
                 prior=_public_source(3, max_shift=0, flip=False, mix_prob=0.0))
     with pytest.raises(DpconvertError, match="only 3 distinct inputs.*`batch_size`"):
-        job.release()
-    assert not job.buffer_x
+        job.release(1)
+    assert not job.accountant.events
     by_source = Dpdfd(lambda x: teacher(x), student, None, engine_config(releases=1, batch_size=5, sigma=1.0, student_data="sources"),
                       DpdfdAccountant(), prior=_public_source(3, max_shift=0, flip=False, mix_prob=0.0))
     with pytest.raises(DpconvertError, match="only 3 distinct inputs.*`batch_size`"):
-        by_source.release()
-    assert by_source.source_targets is None and not by_source.accountant.events
+        by_source.release(1)
+    assert not by_source.accountant.events
 
 
 def test_views_of_source_images_are_distinct_and_averaged_per_image():
@@ -332,9 +333,9 @@ def test_views_of_source_images_are_distinct_and_averaged_per_image():
     teacher, student, _ = _teacher_student_and_twin()
     cfg = engine_config(releases=1, batch_size=40, sigma=0.0, student_data="sources", denoise="none")
     job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=source)
-    job.release()
-    assert not job.buffer_x and int(job.source_targets.counts.sum()) == 40
-    idx, targets = job.denoised_source_targets()
+    done = released_once(job)
+    assert not done.buffer_x and int(done.source_targets.counts.sum()) == 40
+    idx, targets = done.denoised_source_targets()
     # σ = 0 and a zero head: each row is γ·(t − t̄)/‖t − t̄‖, so the mean over an image's views is computable here
     job2 = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=source)
     z = job2.distinct_prior_draws(40)  # the same stream: the release's views
@@ -426,8 +427,8 @@ def test_keeping_z_instead_of_images_trains_the_same_student():
         job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC),
                     noise=torch.Generator().manual_seed(5))
         assert job.store_z == (limit == 0)
-        job.run()
-        assert job.buffer_x[0].shape[1:] == ((job.prior.nz,) if limit == 0 else (1, 8, 8))
+        done = run_rounds(job)
+        assert done.buffer_x[0].shape[1:] == ((job.prior.nz,) if limit == 0 else (1, 8, 8))
         students.append(student.state_dict())
     for k, v in students[0].items():
         assert torch.equal(v, students[1][k]), k
@@ -460,9 +461,9 @@ def test_device_defaults_and_bf16_autocast(tmp_path):
     cfg = engine_config(releases=1, batch_size=500, sigma=0.0, student_epochs=1, amp="bf16")
     job = Dpdfd(lambda x: teacher(x), create_student("datalens_cnn", SPEC), None, cfg, DpdfdAccountant(),
                 prior=create_generator("random_fields", SPEC), noise=torch.Generator().manual_seed(1))
-    job.release()
-    assert job.buffer_y[0].dtype == torch.float32
-    g = (job._student_on(job.buffer_x[0]) - job.buffer_y[0]) / cfg.target_step  # σ = 0: the normalised rows themselves
+    done = released_once(job)
+    assert done.buffer_y[0].dtype == torch.float32
+    g = (job.student_on(done.buffer_x[0]) - done.buffer_y[0]) / cfg.target_step  # σ = 0: the normalised rows themselves
     assert torch.allclose(g.norm(dim=1), torch.ones(500), atol=1e-4)
 
 

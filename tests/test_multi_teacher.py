@@ -89,7 +89,7 @@ def test_the_engine_averages_each_teachers_normalised_rows(monkeypatch):
     rows = job._rows(x, s)
     expected = torch.stack([job.mechanism.normalise(engine.per_sample_output_gradient(s, t(x), job.cfg)) for t in teachers]).mean(0)
     assert torch.allclose(rows, expected, atol=1e-6)
-    job.release()
+    job.release(1)
     assert job.accountant.events[-1].params["teachers"] == 3
 
 

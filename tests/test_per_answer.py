@@ -19,6 +19,7 @@ from dpconvert.accounting import DpdfdAccountant, PerAnswerDpdfdAccountant
 
 from tests.gaussian_reference import gaussian_delta as _gaussian_delta
 from tests.gaussian_reference import pld_one_gaussian as _pld_one_gaussian
+from tests.engine import run_rounds
 
 DELTA = 1e-5
 
@@ -130,8 +131,8 @@ def _digits_teacher():
 @pytest.mark.parametrize("generator", [False, True])
 def test_no_input_is_answered_twice_over_the_run(generator):
     job, acc = _engine(_digits_teacher(), generator=generator)
-    job.run()
-    inputs = torch.cat([job.released_inputs(r) for r in range(3)]).reshape(1800, -1)
+    done = run_rounds(job)
+    inputs = torch.cat([done.released_inputs(r) for r in range(3)]).reshape(1800, -1)
     assert len(torch.unique(inputs, dim=0)) == 1800 and len(job.answered.hashes) == 1800
     assert acc.count("normalised_gaussian_release") == 3 and acc.max_answers == 1
 
@@ -152,9 +153,9 @@ def test_a_source_that_repeats_itself_is_redrawn_across_releases(monkeypatch):
 
     monkeypatch.setattr(job.queries, "with_sources", few)
     monkeypatch.setattr(job, "store_z", False)
-    job.release(), job.release()  # 100 of the 120 distinct inputs
+    job.release(1), job.release(2)  # 100 of the 120 distinct inputs
     with pytest.raises(DpconvertError, match="not answered before"):
-        job.release()  # only 20 fresh ones remain for a release of 50
+        job.release(3)  # only 20 fresh ones remain for a release of 50
 
 
 class _GuardedTeacher:
@@ -185,7 +186,7 @@ def test_the_teacher_is_reached_only_through_the_release(monkeypatch):
 
     monkeypatch.setattr(engine.Dpdfd, "_noisy_rows", noisy_rows)
     job, _ = _engine(guarded, generator=True)
-    job.run()  # student training, generator steps between rounds, balanced selection, logit adjustment: no teacher
+    run_rounds(job)  # student training, generator steps between rounds, balanced selection, logit adjustment: no teacher
     job.synthesise(64)
     assert guarded.calls > 0
 
@@ -204,7 +205,7 @@ def test_a_neighbouring_teacher_moves_exactly_one_pre_noise_row_of_the_run(monke
 
     monkeypatch.setattr(engine, "per_sample_output_gradient", spy)
     job, _ = _engine(_digits_teacher(), generator=True)
-    job.run()
+    run_rounds(job)
     rows = [real(s, t, cfg) for s, t, cfg in captured]
     total = sum(len(r) for r in rows)
     assert total == 1800

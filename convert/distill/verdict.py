@@ -62,9 +62,10 @@ def judge(class_counts: list[int], *, sigma: float, answers_per_target: float, n
     return Verdict(covered, k, round(largest, 4), n, round(answers_per_target, 2), round(nsr, 4), weak, note)
 
 
-def student_verdict(job, sigma: float) -> Verdict:
-    """:func:`judge` for a finished DPDFD engine ``job``: its student on fresh draws of its own data-free query source
-    (the query stream is left as it was), and the released rows averaged into each of its targets."""
+def student_verdict(job, rounds, sigma: float) -> Verdict:
+    """:func:`judge` for a finished DPDFD run (the engine ``job`` and its ``rounds``): its student on fresh draws of its
+    own data-free query source (the query stream is left as it was), and the released rows averaged into each of its
+    targets."""
     import torch
 
     from dpconvert.distill.models import batched
@@ -77,10 +78,10 @@ def student_verdict(job, sigma: float) -> Verdict:
             logits = batched(job.model, x, job.chunk).float().cpu()
     finally:
         job.student.train(was_training)
-    shift = getattr(job, "query_prior_shift", None)  # undo the logit adjustment: it evens out the classes on these very
+    shift = rounds.query_prior_shift  # undo the logit adjustment: it evens out the classes on these very
     top = (logits + (shift.float().cpu() if shift is not None else 0)).argmax(1)  # queries whatever the targets said
     k = job.num_classes
     counts = torch.bincount(top, minlength=k).tolist()
-    targets = job.source_targets
+    targets = rounds.source_targets
     per_target = float(targets.counts[targets.counts > 0].float().mean()) if targets is not None and bool((targets.counts > 0).any()) else 1.0
     return judge(counts, sigma=sigma, answers_per_target=per_target, num_classes=k)

@@ -6,9 +6,9 @@ update, replaying released (x, y_s) pairs, the generator update against the stud
 (docs/methods.md) and lives in ``convert/distill/``. The teacher is only ever called forward, under
 ``torch.inference_mode()``.
 
-A round = one noisy release of ``batch_size`` rows (one accountant event), followed by ``student_epochs`` passes of
-the student over every pair released so far and ``generator_steps`` generator updates with the student as a fixed
-discriminator. ε depends on σ and the number of releases only; the batch size and the replay are free for the
+A release = ``batch_size`` rows (one accountant event). The rounds (``distill/rounds.py``) follow each with
+``student_epochs`` passes of the student over every pair released so far and ``generator_steps`` generator updates
+with the student as a fixed discriminator. ε depends on σ and the number of releases only; the batch size and the replay are free for the
 query-level guarantee (the record-level worst case grows with √B: the card shows it).
 """
 
@@ -20,27 +20,26 @@ from typing import Callable, Optional
 import torch
 
 from dpconvert.accounting import DpdfdAccountant
-from dpconvert.distill.config import DpdfdConfig, RoundInfo
-from dpconvert.distill.generator_training import train_generator
-from dpconvert.distill.models import TEACHER_BATCH, StudentModel, batched, classifier, joined, rows_per_call, student_classes
+from dpconvert.distill.config import DpdfdConfig
+from dpconvert.distill.models import TEACHER_BATCH, StudentModel, batched, classifier, rows_per_call, student_classes
 from dpconvert.distill.progress import Progress
 from dpconvert.distill.queries import QueryDraws
-from dpconvert.distill.student_training import StudentTrainer, adjust_for_query_prior
+from dpconvert.distill.rounds import planned_student_samples
 from dpconvert.distributed import LOCAL, World
 from dpconvert.errors import DpconvertError
 from dpconvert.mechanisms.distinct_inputs import AnsweredInputs, first_by_hash, flat_inputs, row_hash
 from dpconvert.mechanisms.gaussian_release import NormalisedGaussianRelease
 from dpconvert.mechanisms.noise import as_generator, noise_stream
 from dpconvert.mechanisms.output_gradients import label_log_likelihood, per_sample_output_gradient
-from dpconvert.distill.source_targets import DENOISERS, SourceTargets
 from dpconvert.profiling import median_seconds, phase
 from dpconvert.seeds import stream
 
 
 class Dpdfd:
-    """One DPDFD run: each round chooses fresh queries (``distill/queries.py``), releases the teacher's noisy output
-    gradients on them (here: the only code that calls the teacher or draws the noise), then trains the student
-    (``distill/student_training.py``) and the generator (``distill/generator_training.py``) on released rows only."""
+    """DPDFD's release: each call chooses fresh queries (``distill/queries.py``) and releases the teacher's noisy
+    output gradients on them (here: the only code that calls the teacher or draws the noise), returning the released
+    targets. The rounds around it — the student and the generator trained on released rows only — are post-processing
+    (``distill/rounds.py``)."""
 
     def __init__(self, teacher: Callable, student: torch.nn.Module, generator: Optional[torch.nn.Module], cfg: DpdfdConfig,
                  accountant: DpdfdAccountant, device: str = "cpu", prior: Optional[torch.nn.Module] = None,
@@ -71,13 +70,8 @@ class Dpdfd:
         self.rng = torch.Generator(device="cpu").manual_seed(cfg.seed)  # the query stream (queries, student order)
         self.num_classes = student_classes(student)
         self.queries = QueryDraws(cfg, self.prior, self.generator, self.model, self.rng, self.num_classes, TEACHER_BATCH, device)
-        self.trainer = StudentTrainer(cfg, self.model, self.rng, world, self.progress)
-        self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=cfg.generator_lr) if self.generator is not None else None
         self.source_rows: Optional[torch.Tensor] = None  # rows released per public source image (public-image queries)
         self._last_sources: Optional[torch.Tensor] = None
-        self.source_targets: Optional[SourceTargets] = None  # student_data "sources": released targets per source image
-        self.buffer_x: list[torch.Tensor] = []
-        self.buffer_y: list[torch.Tensor] = []
         self.answered = AnsweredInputs()  # every input answered so far, over all releases (m_max = 1)
         self._round = 1  # the round in progress (progress display)
         self.input_values = pixels = self.probe_inputs(1)[0].numel()  # values per input (C·H·W)
@@ -88,22 +82,16 @@ class Dpdfd:
         self.store_z = self.generator is None and (
             cfg.student_data == "sources" or 4 * pixels * cfg.batch_size * cfg.releases > cfg.image_buffer_bytes)
 
-    def _render(self, rows: torch.Tensor) -> torch.Tensor:
+    def render(self, rows: torch.Tensor) -> torch.Tensor:
         """Inputs from buffered rows (z of the prior, or the inputs themselves when a generator made them)."""
         return self.prior(rows) if self.store_z else rows
 
-    @torch.no_grad()
-    def released_inputs(self, release: int = 0) -> torch.Tensor:
-        """The inputs of one release, in release order (rendered from z with ``store_z``)."""
-        return batched(self._render, self.buffer_x[release], self.chunk)
+    def student_on(self, rows: torch.Tensor) -> torch.Tensor:
+        """Student logits (no gradient) for rows (z or inputs), rendered and run a chunk at a time."""
+        return batched(lambda r: self.model(self.render(r)), rows, self.chunk)
 
-    def _student_on(self, rows: torch.Tensor) -> torch.Tensor:
-        """Student logits (no gradient) for buffered rows, rendered and run a chunk at a time."""
-        return batched(lambda r: self.model(self._render(r)), rows, self.chunk)
-
-    @property
-    def _round_name(self) -> str:
-        return f"round {self._round}/{self.cfg.releases}"
+    def releases_done(self) -> int:
+        return self.accountant.count(NormalisedGaussianRelease.mechanism)
 
     # ------------------------------------------------------------ queries, each answered once in the run
     @torch.no_grad()
@@ -132,7 +120,7 @@ class Dpdfd:
         shift and flip) are replaced by fresh draws. Continuous priors never repeat,
         and then this costs one sort and changes nothing.
         """
-        pool = self.cfg.prior_pool if self.buffer_x else 1
+        pool = self.cfg.prior_pool if self._round > 1 and self.cfg.student_data == "rows" else 1  # after the first release
         x, src = self.queries.with_sources(n, pool)
         for _ in range(max_rounds):
             flat = flat_inputs(x, self.cfg.amp)
@@ -174,13 +162,13 @@ class Dpdfd:
     def distinct_prior_queries(self, n: int) -> torch.Tensor:
         """The z of n pairwise-distinct prior inputs for one release; after the first release (rows mode) a
         class-balanced, student-confident n out of ``prior_pool``·n."""
-        pool = self.cfg.prior_pool if self.buffer_x and self.cfg.student_data == "rows" else 1
+        pool = self.cfg.prior_pool if self._round > 1 and self.cfg.student_data == "rows" else 1
         z = self.distinct_prior_draws(n * pool)
         if pool == 1:
             self.answered.pending = self._draw_hashes
             return z
         self.student.eval()
-        pick = self.queries.select_balanced(self._student_on(z), n)
+        pick = self.queries.select_balanced(self.student_on(z), n)
         self.answered.pending = self._draw_hashes[pick.cpu()]
         return z[pick]
 
@@ -201,9 +189,12 @@ class Dpdfd:
                 "max_rows_per_image": int(self.source_rows.max())}
 
     # ------------------------------------------------------------ the release
-    def release(self) -> dict:
-        """Alg. 1 lines 2–10: synthesise B inputs, query the teacher, release noisy output gradients."""
+    def release(self, round_: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Alg. 1 lines 2–10: synthesise B inputs, query the teacher, release noisy output gradients. Returns the
+        rows (z with ``store_z``), their released targets y_s = s − γ·g̃ (Alg. 1 line 10; for the CE release the
+        label log-likelihood instead) and the phase times."""
         cfg, times = self.cfg, {}
+        self._round = round_
         t0 = time.perf_counter()
         self.progress.phase(f"release {self._round}/{cfg.releases}: queries", cfg.batch_size, "rows")
         with phase("queries", items=cfg.batch_size):
@@ -215,16 +206,12 @@ class Dpdfd:
         t0 = time.perf_counter()
         sources = self.prior.sources(rows) if self.store_z and hasattr(self.prior, "sources") else self._last_sources
         self._count_source_rows(None if sources is None else sources.cpu())
-        if cfg.student_data == "sources":  # running means of the released targets per source image
-            if self.source_targets is None:
-                self.source_targets = SourceTargets(self.prior.num_bases, self.num_classes)
-            self.source_targets.add(self.prior.base_index(rows).cpu(), s_logits.cpu() - cfg.target_step * g_noisy.cpu())
+        if cfg.student_data == "sources":  # per-image targets: averaged per source image by the rounds
+            y_s = s_logits.cpu() - cfg.target_step * g_noisy.cpu()
         else:
             y_s = label_log_likelihood(s_logits, g_noisy, self.mechanism) if cfg.student_target == "score" else s_logits - cfg.target_step * g_noisy
-            self.buffer_x.append(rows.detach())
-            self.buffer_y.append(y_s.detach())
         times["student"] += time.perf_counter() - t0
-        return times
+        return rows, y_s, times
 
     def _noisy_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float, float]:
         """(student logits, the noisy release, teacher seconds, release seconds) for one release's rows (z or inputs),
@@ -236,7 +223,7 @@ class Dpdfd:
         self.progress.phase(f"release {self._round}/{self.cfg.releases}: teacher", len(mine), "rows")
         with phase("teacher forward", items=len(mine)):
             for chunk in mine.split(self.chunk):
-                x = self._render(chunk)
+                x = self.render(chunk)
                 with torch.no_grad():
                     s_logits = self.model(x)
                 g_parts.append(self._rows(x, s_logits))
@@ -259,40 +246,6 @@ class Dpdfd:
             grads.append(per_sample_output_gradient(s_logits, t_logits.clone(), self.cfg))
             del t_logits
         return grads[0] if len(grads) == 1 else self.mechanism.mean_of_normalised(grads)
-
-    # ------------------------------------------------------------ post-processing of the released rows
-    def denoised_source_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(indices of the queried source images, their denoised targets): post-processing of the released rows."""
-        st, mech = self.source_targets, self.mechanism
-        idx = st.active()
-        noise_var = (self.cfg.target_step * mech.sigma * mech.clip) ** 2 / st.counts[idx].double()
-        return idx, DENOISERS.get(self.cfg.denoise)(st.means(), noise_var, self.cfg.seed)
-
-    def train_student(self, epochs: Optional[int] = None) -> float:
-        """Alg. 1 lines 11–12 on every released pair, or on the released targets per source image."""
-        if self.cfg.student_data == "sources":
-            idx, targets = self.denoised_source_targets()
-            return self.trainer.on_sources(idx, targets.to(self.device), self.prior.augment, self.prior.nz, self._round_name)
-        x, y = joined(self.buffer_x), joined(self.buffer_y)  # x: z of the prior's inputs with store_z
-        return self.trainer.on_rows(x, y, self._render, self._round_name, epochs)
-
-    def _query_sample(self, n: int) -> torch.Tensor:
-        """Up to n of the released queries, evenly spaced, as student logits (for the logit adjustment)."""
-        if self.source_targets is not None:  # views of source images: the queried images themselves
-            queried = self.source_targets.active()
-            x = self.prior.base_images(queried[torch.linspace(0, len(queried) - 1, min(n, len(queried))).long()])
-            return batched(self.model, x, self.chunk)
-        # evenly spaced over the whole buffer (every release and source), gathered without concatenating it
-        ends = torch.tensor([len(b) for b in self.buffer_x]).cumsum(0)
-        idx = torch.linspace(0, int(ends[-1]) - 1, min(n, int(ends[-1]))).long()
-        x = torch.cat([b[idx[(idx >= end - len(b)) & (idx < end)] - (end - len(b))] for b, end in zip(self.buffer_x, ends)])
-        return self._student_on(x)
-
-    def adjust_for_query_prior(self, n: int = 20_000) -> torch.Tensor:
-        return adjust_for_query_prior(self.model, lambda: self._query_sample(n))
-
-    def train_generator(self) -> float:
-        return train_generator(self.generator, self.opt_g, self.student, self.queries.sample, self.cfg, self.progress, self._round_name)
 
     # ------------------------------------------------------------ what the operator sees
     def attach_holdout(self, n: Optional[int] = None) -> None:
@@ -361,38 +314,5 @@ class Dpdfd:
         rows, per_row = cfg.batch_size * cfg.releases, (self.prior.nz if self.store_z else x[0].numel())
         student += render if self.store_z else 0.0  # rows kept as z, or views of source images: rendered again for every sample
         return {"kind": "estimate", "probe": n, "queries_seconds": rows * render, "teacher_seconds": rows * teacher / self.world.size,
-                "student_seconds": self._planned_student_samples() * student / self.world.size,
+                "student_seconds": planned_student_samples(cfg) * student / self.world.size,
                 "kept_bytes": 4 * per_row * (rows if cfg.student_data == "rows" else 0), "kept_as": "z" if self.store_z else "images"}
-
-    def _student_samples(self, rows_released: int) -> int:
-        """Student samples in one round: a fixed number (sources), or every row released so far, each epoch (rows)."""
-        cfg = self.cfg
-        return cfg.student_samples if cfg.student_data == "sources" else cfg.student_epochs * rows_released
-
-    def _planned_student_samples(self) -> int:
-        """Student samples over the whole run: round r follows r releases of B rows."""
-        return sum(self._student_samples(r * self.cfg.batch_size) for r in range(1, self.cfg.releases + 1))
-
-    # ------------------------------------------------------------ the rounds
-    def run(self, on_round: Optional[Callable[[RoundInfo], None]] = None, on_progress: Optional[Callable[[dict], None]] = None) -> None:
-        self.progress.callback = on_progress
-        for r in range(1, self.cfg.releases + 1):
-            t0 = time.perf_counter()
-            self._round = r
-            queried = self.source_targets.active() if self.source_targets is not None else torch.empty(0, dtype=torch.long)
-            self.queries.choose_sources(r, queried)
-            times = self.release()
-            t1 = time.perf_counter()
-            with phase("student training", items=self._student_samples(sum(len(b) for b in self.buffer_x))):
-                ls = self.train_student()
-            times["student"] += time.perf_counter() - t1
-            lg = 0.0
-            if r < self.cfg.releases and self.cfg.generator_steps and self.generator is not None:
-                t1 = time.perf_counter()
-                with phase("generator training", items=self.cfg.generator_steps * self.cfg.gen_batch):
-                    lg = self.train_generator()
-                times["generator"] += time.perf_counter() - t1
-            if r == self.cfg.releases and self.cfg.logit_adjust:
-                self.query_prior_shift = self.adjust_for_query_prior()  # the verdict looks at what came before it
-            if on_round:
-                on_round(RoundInfo(r, self.accountant.count(NormalisedGaussianRelease.mechanism), ls, lg, time.perf_counter() - t0, times))

@@ -165,6 +165,7 @@ class Dpdfd(Method):
         import torch
 
         from dpconvert.accounting import ACCOUNTANTS
+        from dpconvert.distill.rounds import DpdfdRounds
         from dpconvert.mechanisms.dpdfd import Dpdfd as Engine
         from dpconvert.mechanisms.teacher_checks import PROBE_SIZE, check_teacher
 
@@ -196,7 +197,7 @@ class Dpdfd(Method):
             if run.teacher_diagnostics:  # un-noised answers' statistics: the operator's, only on request
                 job.attach_holdout()
         rounds: list = []
-        job.run(rounds.append, on_progress=_with_epsilon(on_progress, accountant, run.delta))
+        done = DpdfdRounds(job).run(rounds.append, _with_epsilon(on_progress, accountant, run.delta))  # releases, and training on them
         if job.mechanism.zeroed_rows and run.teacher_diagnostics:  # how many answers were non-finite depends on the teacher
             log.warning("note (console only): %d teacher answers were not finite and were released as zero rows (pure noise)",
                         job.mechanism.zeroed_rows)
@@ -205,7 +206,7 @@ class Dpdfd(Method):
         if not ran_the_plan:
             raise InternalError(f"the mechanism's releases and ε differ from the plan's ({opts.releases}, ε={plan.epsilon}); "
                                  "nothing was written")
-        verdict = self._verdict(job, plan.sigma, warnings)
+        verdict = self._verdict(job, done, plan.sigma, warnings)
         mechanism = self._mechanism_block(run, opts, plan, cfg, ctx.noise.card_fields, source, generator, job.members)
         claims = self._claims(run, opts, plan, accountant, mechanism, job.public_image_counts())
         if gan is not None:
@@ -223,11 +224,11 @@ class Dpdfd(Method):
 
     # ------------------------------------------------------------ pieces of run
     @staticmethod
-    def _verdict(job, sigma: float, warnings: list) -> dict:
+    def _verdict(job, done, sigma: float, warnings: list) -> dict:
         """What the release says about the student (post-processing: costs no ε); a weak student is a warning too."""
         from dpconvert.distill.verdict import student_verdict
 
-        verdict = student_verdict(job, sigma)
+        verdict = student_verdict(job, done, sigma)
         if verdict.weak:
             warnings.append(verdict.note)
         return verdict.to_dict()
