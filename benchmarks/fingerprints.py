@@ -1,6 +1,6 @@
 """Fingerprints of seeded conversions: a refactor that should change nothing must leave them bit-identical.
 
-Runs eight configurations on the built-in digits teacher with `seeded_noise` (the DP noise drawn from the seed:
+Runs nine configurations on the built-in digits teacher with `seeded_noise` (the DP noise drawn from the seed:
 reproducible, not secret — a test-and-benchmark mode the card warns about) and prints, per configuration, the sha256
 of the student's ONNX weights and of the card's guarantee, accounting and mechanism blocks (volatile fields — times,
 versions, paths, dates — left out). Run it on two commits and compare:
@@ -26,6 +26,7 @@ CONFIGS = {  # name → convert's options (the teacher is builtin:digits)
     "dpdfd_composed_2_releases": dict(batch_size=10_000, releases=2, accounting="composed", epochs=1),
     "dpdfd_noise_multiplier": dict(noise_multiplier=5.0, batch_size=10_000, epochs=1),
     "dpdfd_public_images": dict(public_data="builtin:digits:test", batch_size=10_000, epochs=1),
+    "dpdfd_generator": dict(generator="dafl", releases=2, batch_size=5000, epochs=1),
     "pknn_public": dict(**PRIVATE, method="pknn", public_data="builtin:digits:test", eps=8.0, k=40, sampling_rate=0.3, sigma1=20, epochs=1),
     "pknn_prior_queries": dict(**PRIVATE, method="pknn", query_generator="prior", queries=400, eps=8.0, k=40, sampling_rate=0.3, sigma1=20,
                                epochs=1),
