@@ -19,7 +19,7 @@ from .errors import DpconvertError
 from .options import DEFAULT_DELTA, RunOptions
 
 DATA_SHA256_METHOD = "sha256 of the .npz file's bytes"
-CARD_METHOD = "dp-critic-gan"  # the data card's mechanism.method (its mechanism.config: the GAN's options)
+CARD_METHOD = "dpgan"  # the data card's mechanism.method (its mechanism.config: the GAN's options), as `--generator` names it
 ACCOUNTING_NOTE = {
     "embedding": "one Gaussian release of the class-conditional mean embedding (sensitivity 1 under add/remove), PLD (reported) and RDP",
     "dpsgd": "Poisson-subsampled Gaussian critic steps (DP-SGD, sensitivity C under add/remove), PLD (reported) and RDP",

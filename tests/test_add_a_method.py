@@ -46,7 +46,7 @@ class NoisyMeansAccountant(Accountant):
 
 def check_noisy_means(p, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
-    p.check(m.get("method") == NoisyClassMeans.card_name, "mechanism.method", f"{m.get('method')!r} but the events are noisy class means")
+    p.check(m.get("method") == NoisyClassMeans.name, "mechanism.method", f"{m.get('method')!r} but the events are noisy class means")
     sigmas = [e.params["sigma"] for e in accountant.events]
     p.check(len(sigmas) == 1 and m.get("sigma") == sigmas[0], "mechanism.sigma", f"{m.get('sigma')!r} disagrees with the events {sigmas}")
 
@@ -83,7 +83,6 @@ class NoisyClassMeans(Method):
     name = "noisy_means_test"
     Options = NoisyMeansOptions
     summary = "record-level Gaussian noisy class means (a test's method)"
-    card_name = "noisy-class-means-test"
 
     def plan(self, run, opts, spec, queries=None) -> NoisyMeansPlan:
         sigma = smallest_sigma(lambda s: gaussian.epsilon(run.delta, s), run.eps)
@@ -109,7 +108,7 @@ class NoisyClassMeans(Method):
             student=NearestMean(means, opts.clip), student_name="nearest_mean", probe=noise_probe(spec, ctx.run), rounds=[],
             warnings=list(ctx.noise.warnings), accountant=accountant, delta=ctx.run.delta,
             claims=Claims(covers=list(COVERS_STUDENT), not_covered=list(NOT_COVERED), calibrated=True, target_epsilon=ctx.run.eps),
-            mechanism={"method": self.card_name, "sigma": plan.sigma, "clip": opts.clip, **ctx.noise.card_fields,
+            mechanism={"method": self.name, "sigma": plan.sigma, "clip": opts.clip, **ctx.noise.card_fields,
                        "config": {**asdict(opts), "seed": ctx.run.seed}})
 
 
@@ -141,7 +140,7 @@ def test_a_method_written_outside_the_package_runs_and_passes_the_audit(noisy_me
                                eval_data="builtin:digits:test", on_plan=plans.append)
     card = json.loads(out.with_name("means.onnx.card.json").read_text())
     g = card["guarantee"]
-    assert card["mechanism"]["method"] == "noisy-class-means-test" and card["accounting"]["accountant"] == "noisy_means_test"
+    assert card["mechanism"]["method"] == NoisyClassMeans.name and card["accounting"]["accountant"] == "noisy_means_test"
     assert g["scope"] == "record" and g["epsilon"] == pytest.approx(1.0, rel=1e-3) and g["record_level_epsilon"] == g["epsilon"]
     assert plans and plans[0].sigma == card["mechanism"]["sigma"]  # the plan printed is the run's
     assert card["utility"]["student_accuracy"] > 0.8, card["utility"]  # a useful student at ε = 1 on 8×8 digits (90.7 % here)

@@ -37,7 +37,7 @@ def test_resnet34_methods_smoke(tmp_path):
     """The script behind RESULTS' ResNet-34 table, on the built-in teacher and the digits (each run is the CLI)."""
     rows = _run([ROOT / "benchmarks/resnet34_methods.py", "--teacher", "builtin:digits", "--private", "builtin:digits:train", "--public",
                  "builtin:digits", "--evaluation", "builtin:digits", "--runs", "dpsgd,pknn", "--eps", "8", "--extra", "--epochs 1"], tmp_path)
-    assert [r["method"] for r in rows] == ["dp-sgd", "private-knn"] and all(r["epsilon"] <= 8 + 1e-9 and r["peak_rss_mib"] > 0 for r in rows)
+    assert [r["method"] for r in rows] == ["dpsgd", "pknn"] and all(r["epsilon"] <= 8 + 1e-9 and r["peak_rss_mib"] > 0 for r in rows)
     assert rows[0]["command"].startswith("dpconvert builtin:digits --eps 8")
 
 

@@ -18,13 +18,22 @@ from typing import Any
 
 from dpconvert.errors import DpconvertError
 
-SCHEMA_VERSION = "1.1"  # 1.1: the teacher block derived in full (weights hash, composed guarantee); 1.0 is still read
+# 1.1: the teacher block derived in full (weights hash, composed guarantee); 1.2: mechanism.method is the method's one
+# name (as `--method` and `--generator` spell it); 1.0 and 1.1 are still read
+SCHEMA_VERSION = "1.2"
+# mechanism.method on cards before schema 1.2, where it differed from the method's name
+METHOD_NAMES_BEFORE_1_2 = {"pknn": "private-knn", "dpsgd": "dp-sgd", "dpgan": "dp-critic-gan"}
 CARD_SUFFIX_JSON = ".card.json"
 CARD_SUFFIX_MD = ".card.md"
 DATA_CARD_FORMAT = "dpconvert-data-card/1"
 MAX_DEPTH = 32  # genuine cards nest 8 deep; a deeper document is refused before any recursive code sees it
 _SCHEMAS = Path(__file__).with_name("schemas")
 _SCHEMA_PREFIX = {"model": "privacy-card", "data": "data-card"}
+
+
+def card_method_name(name: str, version: str) -> str:
+    """What a card of schema ``version`` writes as mechanism.method for method ``name``."""
+    return METHOD_NAMES_BEFORE_1_2.get(name, name) if version in ("1.0", "1.1") else name
 
 
 def supported_versions(kind: str = "model") -> list[str]:

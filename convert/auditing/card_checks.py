@@ -337,11 +337,19 @@ def _check_dpdfd_block(p: Problems, m: dict, events: list, where: str, *, requir
             p.check(cfg["releases"] == releases, f"{where}.config.releases", f"{cfg['releases']!r} but the events count {releases} releases")
 
 
+def _check_method_name(p: Problems, m: dict, data: dict, name: str, events: str) -> None:
+    """mechanism.method names the method whose events these are, as the card's schema version spells it."""
+    from dpconvert.zoo_cards.card import card_method_name
+
+    want = card_method_name(name, str(data.get("schema_version")))
+    p.check(m.get("method") == want, "mechanism.method", f"{m.get('method')!r} but the events are {events} ({want!r})")
+
+
 @CHECKS.register("dpdfd")
 def _check_dpdfd(p: Problems, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
     p.check("query_generator" not in m, "mechanism.query_generator", f"a GAN's cost is not in these events (accountant {accountant.name!r})")
-    p.check(m.get("method") == "dpdfd", "mechanism.method", f"{m.get('method')!r} but the events are DPDFD releases")
+    _check_method_name(p, m, data, "dpdfd", "DPDFD releases")
     _check_dpdfd_block(p, m, accountant.events, "mechanism", required=DPDFD_REQUIRED, allowed=DPDFD_KEYS)
     _check_public_images(p, m, accountant, data)
     _check_teacher_members(p, accountant, data)
@@ -438,9 +446,9 @@ def _check_public_images(p: Problems, m: dict, accountant, data: dict) -> None:
     _claims_at_least(p, g.get("per_image_epsilon"), accountant.per_image_epsilon(delta=delta, max_rows=rows), "guarantee.per_image_epsilon")
 
 
-def _check_pknn_block(p: Problems, m: dict, events: list) -> None:
+def _check_pknn_block(p: Problems, m: dict, events: list, data: dict) -> None:
     p.keys(m, "mechanism", PKNN_KEYS, PKNN_REQUIRED)
-    p.check(m.get("method") == "private-knn", "mechanism.method", f"{m.get('method')!r} but the events are Private-kNN")
+    _check_method_name(p, m, data, "pknn", "Private-kNN")
     screening = [e for e in events if e.mechanism == "pknn_screening"]
     argmax = [e for e in events if e.mechanism == "pknn_argmax"]
     asked, answered = sum(e.count for e in screening), sum(e.count for e in argmax)
@@ -466,7 +474,7 @@ def _check_pknn_block(p: Problems, m: dict, events: list) -> None:
 @CHECKS.register("pknn")
 def _check_pknn(p: Problems, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
-    _check_pknn_block(p, m, accountant.events)
+    _check_pknn_block(p, m, accountant.events, data)
     p.check("query_generator" not in m, "mechanism.query_generator", "a generator's cost is not in these events (accountant 'pknn')")
 
 
@@ -474,7 +482,7 @@ def _check_pknn(p: Problems, accountant, data: dict) -> None:
 def _check_generator_pknn(p: Problems, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
     gen_acc, labels_acc = accountant.parts()
-    _check_pknn_block(p, m, labels_acc.events)
+    _check_pknn_block(p, m, labels_acc.events, data)
     info = m.get("query_generator")
     if not p.check(isinstance(info, dict), "mechanism.query_generator", "missing: the composed events include a generator"):
         return
@@ -498,7 +506,7 @@ def _check_generator_pknn(p: Problems, accountant, data: dict) -> None:
 def _check_dpsgd(p: Problems, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
     p.keys(m, "mechanism", DPSGD_KEYS, DPSGD_REQUIRED)
-    p.check(m.get("method") == "dp-sgd", "mechanism.method", f"{m.get('method')!r} but the events are DP-SGD steps")
+    _check_method_name(p, m, data, "dpsgd", "DP-SGD steps")
     counts = [e for e in accountant.events if e.mechanism == "gaussian_count"]
     _check_noisy_steps(p, m, [e for e in accountant.events if e.mechanism == "subsampled_gaussian"], "mechanism")
     p.check(sum(e.count for e in counts) == 1, "accounting.state.events", "DP-SGD draws exactly one noisy record count")
@@ -518,7 +526,7 @@ def _check_dpsgd(p: Problems, accountant, data: dict) -> None:
 def _check_adlm(p: Problems, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
     p.keys(m, "mechanism", ADLM_KEYS, ADLM_REQUIRED)
-    p.check(m.get("method") == "adlm", "mechanism.method", f"{m.get('method')!r} but the events are the Adaptive Laplace Mechanism's")
+    _check_method_name(p, m, data, "adlm", "the Adaptive Laplace Mechanism's")
     scales = [e.params.get("scale") for e in accountant.events for _ in range(e.count)]
     p.check(len(scales) == 2 and all(e.params.get("l1_sensitivity") == 1.0 for e in accountant.events), "accounting.state.events",
             "AdLM makes exactly two Laplace releases of sensitivity 1")
@@ -542,7 +550,7 @@ def _check_dpgan_data(p: Problems, accountant, data: dict) -> None:
     """A synthetic data set's card (``dpconvert synth``): the GAN block is the mechanism block."""
     m = data.get("mechanism") or {}
     p.keys(m, "mechanism", DPGAN_KEYS | DPGAN_OPTIONAL_KEYS | {"method", "config"}, DPGAN_KEYS | {"method", "config"})
-    p.check(m.get("method") == "dp-critic-gan", "mechanism.method", f"{m.get('method')!r} but the events are DP-critic GAN steps")
+    _check_method_name(p, m, data, "dpgan", "DP-critic GAN steps")
     _check_noisy_steps(p, m, accountant.events, "mechanism")
     _check_critic(p, m, accountant.events, "mechanism")
 
@@ -571,7 +579,7 @@ def _check_noisy_steps(p: Problems, block: dict, events: list, where: str) -> No
 def _check_dpgan_pknn(p: Problems, accountant, data: dict) -> None:
     m = data.get("mechanism") or {}
     gan_acc, labels_acc = accountant.parts()
-    _check_pknn_block(p, m, labels_acc.events)
+    _check_pknn_block(p, m, labels_acc.events, data)
     _check_gan_info(p, m.get("query_generator"), gan_acc, "the composed events include a DP-critic GAN")
 
 

@@ -70,7 +70,6 @@ class AdaptiveLaplaceMethod(Method):
     Options = AdlmOptions
     summary = "record-level Adaptive Laplace Mechanism (pure ε-DP, corrected)"
     listed_at = 30
-    card_name = "adlm"
 
     def check(self, run, opts: AdlmOptions, out=None) -> None:
         if not run.private_data:
@@ -118,7 +117,7 @@ class AdaptiveLaplaceMethod(Method):
             claims=Claims(covers=COVERS_STUDENT, not_covered=NOT_COVERED, calibrated=True, target_epsilon=run.eps,
                           note="two Laplace releases of class sums of L1-normalised features (L1 sensitivity 1 each under add/remove), "
                                "sequential composition: ε = ε₁ + ε₂, δ = 0"),
-            mechanism={"method": self.card_name, "epsilon_relevance": eps1, "epsilon_coefficients": eps2, "relevance_power": opts.relevance_power,
+            mechanism={"method": self.name, "epsilon_relevance": eps1, "epsilon_coefficients": eps2, "relevance_power": opts.relevance_power,
                        "features": f"ScatterNet (J={student.fixed_features.scatter.J}, L=8) pooled {opts.pool}×{opts.pool}, square root, "
                                    "per-record L1 normalisation (fixed, no privacy cost)",
                        "loss": "squared distance to class prototypes μ_k = noisy class sum / its row sum (closed form)",

@@ -43,10 +43,9 @@ class Method(ABC):
     ``_options`` module when the options are large; its accountant and card checks are registered beside the others:
     docs/methods.md, "Adding a method")."""
 
-    name: ClassVar[str]
+    name: ClassVar[str]  # also the card's mechanism.method (the card schema dispatches mechanism.config on it)
     Options: ClassVar[type]
     summary: ClassVar[str]  # one line for `--method auto`'s explanation and the docs
-    card_name: ClassVar[str]  # the card's mechanism.method (what the card schema dispatches mechanism.config on)
     listed_at: ClassVar[int] = 100  # its place in `--method` help, the options panels and the docs (smaller: earlier)
     data_free: ClassVar[bool] = False  # runs without private data (`dpconvert.plan` plans the data-free method when none is named)
 

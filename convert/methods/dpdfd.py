@@ -64,7 +64,6 @@ class Dpdfd(Method):
         if run.public_data:
             return "no private data: DPDFD (query-level) on augmented public-image queries (not data-free)"
         return "no private data: data-free DPDFD (query-level)"
-    card_name = "dpdfd"
 
     @classmethod
     def config_class(cls) -> type:
@@ -342,7 +341,7 @@ class Dpdfd(Method):
 
     def _mechanism_block(self, run, opts: DpdfdOptions, plan: DpdfdPlan, cfg, noise_info: dict, source: str, generator, teacher_members) -> dict:
         return {
-            "method": self.card_name,
+            "method": self.name,
             "sigma": plan.sigma, "clip": opts.clip, "batch_size": plan.batch_size, "releases": opts.releases,
             "distill_loss": cfg.distill_loss, **noise_info,
             **({"teachers": len(teacher_members), "disjoint_partitions": bool(opts.disjoint_partitions)} if len(teacher_members) > 1 else {}),

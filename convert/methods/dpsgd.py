@@ -84,7 +84,6 @@ class DpSgdMethod(Method):
     Options = DpsgdOptions
     summary = "record-level DP-SGD (Opacus) on the private labels"
     listed_at = 20
-    card_name = "dp-sgd"
 
     def auto_reason(self, run) -> Optional[str]:
         """Private data (with or without public queries): DP-SGD, the best measured method (Fashion-MNIST, record-level
@@ -153,7 +152,7 @@ class DpSgdMethod(Method):
             claims=Claims(covers=COVERS_STUDENT, not_covered=NOT_COVERED, calibrated=plan.calibrated, target_epsilon=run.eps,
                           note="Poisson-subsampled Gaussian steps (sensitivity C under add/remove) and one Gaussian count (sensitivity 1), "
                                "composed by dp_accounting's PLD accountant (reported) and RDP accountant"),
-            mechanism={"method": self.card_name, "sigma": plan.sigma, "clip": opts.clip, "sampling_rate": opts.sampling_rate,
+            mechanism={"method": self.name, "sigma": plan.sigma, "clip": opts.clip, "sampling_rate": opts.sampling_rate,
                        "steps": accountant.count("subsampled_gaussian"), "count_sigma": opts.count_sigma,
                        "sampling": "Poisson (each record joins each lot independently with probability q)",
                        "engine": f"{engine}; Poisson lots by opacus UniformWithReplacementSampler",

@@ -44,7 +44,6 @@ class PrivateKnn(Method):
     Options = PknnOptions
     summary = "record-level Private-kNN"
     listed_at = 10
-    card_name = "private-knn"
     distributed = True
 
     def check_distributed(self, run, opts: PknnOptions) -> None:
@@ -284,7 +283,7 @@ class PrivateKnn(Method):
         features = (f"{getattr(first_phi, 'description', opts.features)} (round 1), then the previous round's student"
                     + (f" beside {opts.features} (weight {opts.round_features_weight:g})" if opts.round_features == "student+first" else ""))
         return {
-            "method": self.card_name, "k": opts.k, "sampling_rate": opts.sampling_rate, "sampling": "Poisson (independent per record, per query, per step)",
+            "method": self.name, "k": opts.k, "sampling_rate": opts.sampling_rate, "sampling": "Poisson (independent per record, per query, per step)",
             "sigma1": opts.sigma1, "threshold": opts.threshold_value, "sigma2": plan.sigma2,
             "queries_asked": accountant.count("pknn_screening"), "queries_answered": accountant.count("pknn_argmax"),
             "rounds": opts.rounds, "features": features, "knn_search": KNN_SEARCH, "public_queries": run.public_data,
