@@ -193,3 +193,21 @@ def test_committed_schemas_type_every_method_config():
     for path in sorted(SCHEMAS.glob("*.json")):
         committed = json.loads(path.read_text())
         assert apply(copy.deepcopy(committed)) == committed, f"{path.name}: run python tests/fixtures/card_schema.py"
+
+
+def test_every_config_key_of_every_fixture_card_is_typed_by_its_schema():
+    """The type mutations above must fail for every key; a key the card's schema version does not type (one an older
+    release wrote and no options class declares now) would let a changed type through: the schema generator types
+    those from ``LEGACY_CONFIG``."""
+    import json
+
+    from dpconvert.zoo_cards.card import schema
+
+    untyped = []
+    for path in sorted((Path(__file__).parent / "fixtures").rglob("*.card.json")):
+        data = json.loads(path.read_text())
+        m = data.get("mechanism") or {}
+        kind = "model" if "model" in data else "data"
+        typed = schema(data["schema_version"], kind)["$defs"].get(f"config_{m.get('method')}", {}).get("properties", {})
+        untyped += [f"{path.name}: {k}" for k in (m.get("config") or {}) if k not in typed]
+    assert untyped == []
