@@ -22,6 +22,7 @@ def _fields(data: dict) -> set:
     return {w for w, _ in check_card(data)[1]}
 
 
+@pytest.mark.slow
 def test_a_genuine_schema_1_1_release_still_passes_the_audit(cli):
     code, out, _ = cli("audit", CARDS_1_1 / "release")
     assert code == 0 and "3/3 pass" in out, out
@@ -44,6 +45,7 @@ def test_a_card_spells_the_method_as_its_schema_version_does(card, old, new):
     assert "mechanism.method" in _fields(data)
 
 
+@pytest.mark.slow
 def test_a_new_card_carries_the_methods_one_name(tmp_path):
     import dpconvert
 

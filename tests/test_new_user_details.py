@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 FAST = ["--steps", "1", "--batch-size", "1500", "--epochs", "1"]
 
 
+@pytest.mark.slow
 def test_inspect_shows_the_whole_hash_and_warnings_in_flags(cli, tmp_path, monkeypatch):
     import timm
     from safetensors.torch import save_file
@@ -31,6 +34,7 @@ def test_verbose_and_quiet_go_anywhere(cli, tmp_path):
     assert "privacy plan" not in out and "release 1/1" not in out and "dpconvert summary" in out
 
 
+@pytest.mark.slow
 def test_synth_shows_progress_and_a_summary_and_a_labelled_grid(cli, tmp_path):
     from PIL import Image
 
