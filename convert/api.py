@@ -98,7 +98,7 @@ def plan(method: Optional[str] = None, *, eps: Optional[float] = None, delta: Op
     method = method or data_free_method()
     m = METHODS.get(method)
     if noise_multiplier is not None and not m.takes_noise_multiplier:
-        raise DpconvertError(f"`noise_multiplier` is the σ of DPDFD and DP-SGD; method {method} takes its own noise options: give `eps` instead")
+        raise DpconvertError(f"`noise_multiplier` is the σ of DPDFD and DP-SGD; method {method} takes its own noise options", fix="give `eps` instead", param="noise_multiplier")
     run = RunOptions(method=method, eps=eps, delta=delta, noise_multiplier=noise_multiplier, device=device)
     opts = m.options(method_options)
     result = m.plan(run, opts, InputSpec(*input_size, num_classes), queries=queries)

@@ -1,50 +1,39 @@
-"""The one error type users see.
+"""The one error type users see, and the one for bugs.
 
 Anything raised as ``DpconvertError`` is a user-facing problem: the CLI prints
-its message as one red line and exits 1. The message must say what is wrong
-and the exact fix (a parameter, a file, a value), as "what is wrong; the fix"
-or "what is wrong: the fix" (an imperative: give, drop, lower, …), or as a
-constraint that is its own fix ("`epochs` must be >= 1"). Parameters are named
-in backticks (`batch_size`); ``param`` carries the first of them and ``fix``
-the fix, for tools and Python callers, and the CLI renders each parameter as
-its flag (``cli/flags.py``).
+its message as one red line and exits 1. Each error states, as separate
+fields, what is wrong (``problem``), the change that resolves it (``fix``: an
+imperative — give, drop, lower — or a rule that is its own fix, "`epochs` must
+be >= 1") and the parameter to change (``param``); the message is
+"problem; fix". Parameters are named in backticks (`batch_size`), and the CLI
+renders each as its flag (``cli/flags.py``). Tools and Python callers read the
+fields; nothing is parsed back out of the prose.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Optional
-
-_PARAM = re.compile(r"`([a-z_][a-z0-9_]*)`")
-# the verbs a fix starts with, after "; " or ": " (a clause that starts otherwise describes the problem)
-_FIX_VERBS = ("give", "drop", "use", "add", "lower", "raise", "run", "choose", "list", "pass", "declare", "write", "install", "pip",
-              "convert", "replace", "remove", "set", "rename", "re-sign", "audit", "train", "export", "fix", "save", "sign", "name",
-              "keep", "ask", "call", "make", "put", "retrain", "try", "see", "allow", "shorten", "split", "change", "free", "check", "create")
-
-
-def derive_fix(message: str) -> Optional[str]:
-    """The fix a message states by the convention above; None when it names only the problem (a file to replace)."""
-    for clause in re.split(r"(?:; |: |\. )", message)[1:]:  # the first clause after the problem that asks for a change
-        if clause.split(" ", 1)[0].lower().strip("(") in _FIX_VERBS:
-            return message[message.index(clause):]
-    first = message.split(" ", 1)[0].lower()
-    if first in _FIX_VERBS or " must " in message or " needs " in message:
-        return message  # a request or a constraint is its own fix
-    return None
 
 
 class DpconvertError(Exception):
-    """A problem the user can fix; the message names the fix. ``param``: the parameter to change (given, or the first
-    one the message names in backticks; None when the fix is not a parameter, e.g. a file to replace). ``fix``: the
-    change that resolves it (given, or the message's fix clause: :func:`derive_fix`). ``exit_code``: the CLI's."""
+    """A problem the user can fix. ``problem``: what is wrong. ``fix``: the change that resolves it (None where no input
+    to dpconvert changes it: a corrupt card, a file to replace). ``param``: the parameter to change, as the message names
+    it in backticks (None when the fix is no parameter). ``exit_code``: the CLI's."""
 
     exit_code = 1
 
-    def __init__(self, message: str = "", *, param: Optional[str] = None, fix: Optional[str] = None) -> None:
-        super().__init__(message)
-        found = _PARAM.search(str(message))
-        self.param = param if param is not None else (found.group(1) if found else None)
-        self.fix = fix if fix is not None else derive_fix(str(message))
+    def __init__(self, problem: str = "", *, fix: Optional[str] = None, param: Optional[str] = None) -> None:
+        if not (problem or fix):
+            raise TypeError("an error states its problem, its fix, or both")
+        self.problem, self.fix, self.param = problem, fix, param
+        super().__init__("; ".join(part for part in (problem, fix) if part))
+
+    def __reduce__(self):  # keyword-only fields: rebuild from them, not from the message (multiprocessing, pickling)
+        return _rebuild, (type(self), self.problem, self.fix, self.param)
+
+
+def _rebuild(cls, problem, fix, param):
+    return cls(problem, fix=fix, param=param)
 
 
 class InternalError(Exception):

@@ -151,7 +151,7 @@ def from_flat(cls: type, values: dict, *, param_prefix: str = ""):
     try:
         return cls(**kwargs), values
     except TypeError as e:  # a dict given for a nested class with an unknown key
-        raise OptionError(f"{param_prefix or cls.__name__}: {e}") from None
+        raise OptionError(f"{param_prefix or cls.__name__}: {e}", fix="give only the option names it declares") from None
 
 
 def to_flat(obj) -> dict:
@@ -174,15 +174,24 @@ def changed_options(obj) -> list[str]:
     return [k for k, v in to_flat(obj).items() if v != default[k]]
 
 
+def check_ranges(rules) -> None:
+    """An options class's value checks, as ``(holds, param, rule)``: the first that fails is an :class:`OptionError`
+    whose fix is the rule (``(self.k >= 1, "k", "must be >= 1")`` → "`k` must be >= 1")."""
+    for holds, param, rule in rules:
+        if not holds:
+            raise OptionError(fix=f"`{param}` {rule}", param=param)
+
+
 def check_choices(obj, prefix: str = "") -> None:
     """The checks the declarations imply: a value among its ``choices``; an ``only_with`` option left at its default
     unless its choice is made. ``prefix``: how the options are named where ``obj`` is nested (``gan_``)."""
     for f in dataclasses.fields(obj):
         meta, value = f.metadata, getattr(obj, f.name)
         if meta.get("choices") and value is not None and value not in meta["choices"]:
-            raise OptionError(f"unknown `{prefix}{f.name}` {value!r}; choose one of: {', '.join(map(str, meta['choices']))}")
+            raise OptionError(f"unknown `{prefix}{f.name}` {value!r}", fix=f"choose one of: {', '.join(map(str, meta['choices']))}",
+                              param=prefix + f.name)
         if meta.get("only_with") and value != f.default:
             other, wanted = meta["only_with"]
             if getattr(obj, other) != wanted:
-                raise OptionError(f"`{prefix}{f.name}` configures `{prefix}{other}` {wanted}, not {getattr(obj, other)}: drop it or choose "
-                                     f"`{prefix}{other}` {wanted}")
+                raise OptionError(f"`{prefix}{f.name}` configures `{prefix}{other}` {wanted}, not {getattr(obj, other)}",
+                                     fix=f"drop it or choose `{prefix}{other}` {wanted}", param=prefix + f.name)

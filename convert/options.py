@@ -87,37 +87,37 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.no_privacy:
             if self.eps is not None and math.isfinite(self.eps) or self.noise_multiplier not in (None, 0):
-                raise OptionError("`no_privacy` trains a student without noise (ε = ∞): drop `eps` and `noise_multiplier`")
+                raise OptionError("`no_privacy` trains a student without noise (ε = ∞)", fix="drop `eps` and `noise_multiplier`", param="eps")
             object.__setattr__(self, "eps", None)
             object.__setattr__(self, "noise_multiplier", 0.0)
         elif self.eps is not None and math.isinf(self.eps) or self.noise_multiplier == 0:
-            raise OptionError("ε = ∞ (no noise) is no privacy at all; give a finite `eps`, or `no_privacy` to train a non-private "
-                                 "student for comparison (its card says so and every audit fails it)")
+            raise OptionError("ε = ∞ (no noise) is no privacy at all", fix="give a finite `eps`, or `no_privacy` to train a non-private "
+                                 "student for comparison (its card says so and every audit fails it)", param="eps")
         if self.delta is None:
             object.__setattr__(self, "delta", DEFAULT_DELTA)
             object.__setattr__(self, "delta_is_default", True)
         if self.eps is not None and self.noise_multiplier is not None:
-            raise OptionError("give `eps` (σ is calibrated to it) or `noise_multiplier` (ε is computed from it), not both")
+            raise OptionError(fix="give `eps` (σ is calibrated to it) or `noise_multiplier` (ε is computed from it), not both", param="eps")
         if self.eps is None and self.noise_multiplier is None:
             object.__setattr__(self, "eps", DEFAULT_EPS)
         if self.eps is not None and not self.eps > 0:
-            raise OptionError(f"`eps` must be > 0, got {self.eps}")
+            raise OptionError(fix=f"`eps` must be > 0, got {self.eps}", param="eps")
         if self.noise_multiplier is not None and self.noise_multiplier < 0:
-            raise OptionError(f"`noise_multiplier` must be >= 0, got {self.noise_multiplier}")
+            raise OptionError(fix=f"`noise_multiplier` must be >= 0, got {self.noise_multiplier}", param="noise_multiplier")
         if not 0 < self.delta < 1:
-            raise OptionError(f"`delta` must be in (0, 1), got {self.delta}")
+            raise OptionError(fix=f"`delta` must be in (0, 1), got {self.delta}", param="delta")
         if self.delta > DELTA_CEILING and not self.allow_large_delta:
             raise OptionError(f"`delta` {self.delta:g} is above the ceiling {DELTA_CEILING:g} (δ is the chance that the guarantee fails "
-                                 f"outright); give `delta` {DELTA_CEILING:g} or less, or `allow_large_delta` to accept it (the card warns "
-                                 "and `dpconvert audit` fails it unless its `max_delta` admits it)")
+                                 "outright)", fix=f"give `delta` {DELTA_CEILING:g} or less, or `allow_large_delta` to accept it (the card warns "
+                                 "and `dpconvert audit` fails it unless its `max_delta` admits it)", param="delta")
         if self.parity_inputs < 1:
-            raise OptionError("`parity_inputs` must be >= 1")
+            raise OptionError(fix="`parity_inputs` must be >= 1", param="parity_inputs")
         if self.private_data_is_not_teacher_data and self.private_data is None:
-            raise OptionError("`private_data_is_not_teacher_data` is a statement about `private_data`: give it with `private_data`, or drop it")
+            raise OptionError("`private_data_is_not_teacher_data` is a statement about `private_data`", fix="give it with `private_data`, or drop it", param="private_data_is_not_teacher_data")
         if self.class_names is not None:
             object.__setattr__(self, "class_names", tuple(self.class_names))
             if len(self.class_names) < 2 or len(set(self.class_names)) != len(self.class_names):
-                raise OptionError("`class_names` must list at least two distinct names in label order")
+                raise OptionError(fix="`class_names` must list at least two distinct names in label order", param="class_names")
 
     def data_format(self) -> dict:
         """How every data set of this run is read (``io.data.load_data``'s keywords): declared, never inferred from the data."""
@@ -126,13 +126,13 @@ class RunOptions:
 
 def resolve_device(device: str) -> str:
     if device not in ("cpu", "cuda", "auto") and not device.startswith("cuda:"):
-        raise OptionError(f"`device` must be cpu, cuda or auto, got {device!r}")
+        raise OptionError(fix=f"`device` must be cpu, cuda or auto, got {device!r}", param="device")
     if device == "auto" or device.startswith("cuda"):
         import torch
 
         if torch.cuda.is_available():
             return "cuda" if device == "auto" else device
         if device != "auto":
-            raise OptionError("`device` cuda was asked for but no CUDA device is available; use `device` cpu")
+            raise OptionError("`device` cuda was asked for but no CUDA device is available", fix="use `device` cpu", param="device")
         return "cpu"
     return device

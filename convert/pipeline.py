@@ -47,9 +47,9 @@ def check_output_path(out: Path, force: bool = False) -> Path:
 
     out = Path(out)
     if out.is_dir():
-        raise DpconvertError(f"`out` {out} is a folder; give a file name such as {out / 'student.onnx'}")
+        raise DpconvertError(f"`out` {out} is a folder", fix=f"give a file name such as {out / 'student.onnx'}", param="out")
     if out.suffix.lower() != ".onnx":
-        raise DpconvertError(f"`out` must end in .onnx (the student is exported to ONNX), got {out.name!r}")
+        raise DpconvertError(fix=f"`out` must end in .onnx (the student is exported to ONNX), got {out.name!r}", param="out")
     return check_output(out, force=force, also=card_paths(out))
 
 
@@ -69,14 +69,14 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
     method = METHODS.get(name)
     if run.no_privacy and not method.noise_free:
         raise DpconvertError(f"`no_privacy` (a non-private comparison student) is a setting of {_methods_that('noise_free')} (method {name} "
-                             f"has no noise-free mode): drop it or use `method` {_methods_that('noise_free')}")
+                             "has no noise-free mode)", fix=f"drop it or use `method` {_methods_that('noise_free')}", param="no_privacy")
     opts = method_options if isinstance(method_options, method.Options) else method.options(method_options)
     method.check(run, opts, out)
     reason = method.describe_choice(opts, reason)
     sources = expand_teacher_sources(teacher_source)
     if len(sources) > 1 and not method.several_teachers:
         raise DpconvertError(f"{len(sources)} teachers given: several teachers are distilled by {_methods_that('several_teachers')} only "
-                             f"(method {name} uses one); give one teacher, or `method` {_methods_that('several_teachers')}")
+                             f"(method {name} uses one)", fix=f"give one teacher, or `method` {_methods_that('several_teachers')}", param="method")
     teacher_source = sources[0] if len(sources) == 1 else sources
     world = current_world()
     if world.distributed:
@@ -86,8 +86,8 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
             teacher = load_teachers(teacher_source, load_options or LoadOptions(device=run.device))
         inherited = teacher_card(teacher_source, teacher, run)  # before the long work: a bad teacher card fails now
         if run.class_names is not None and len(run.class_names) != teacher.spec.num_classes:
-            raise DpconvertError(f"`class_names` lists {len(run.class_names)} classes but the teacher has {teacher.spec.num_classes}; "
-                                 "list every class in label order")
+            raise DpconvertError(f"`class_names` lists {len(run.class_names)} classes but the teacher has {teacher.spec.num_classes}",
+                                 fix="list every class in label order", param="class_names")
         eval_ds = None
         if run.eval_data:
             from dpconvert.io.data import load_data
@@ -128,7 +128,7 @@ def teacher_card(source: str, teacher, run: RunOptions) -> Optional[tuple[dict, 
     explicit = run.teacher_card is not None
     if teacher.kind not in KINDS_WITH_CARDS:
         if explicit:
-            raise DpconvertError("`teacher_card` needs the teacher as the ONNX model its card describes (the card binds its graph's hash)")
+            raise DpconvertError(fix="`teacher_card` needs the teacher as the ONNX model its card describes (the card binds its graph's hash)", param="teacher_card")
         return None
     try:
         card = PrivacyCard.read(run.teacher_card) if explicit else extract_card(load_onnx(source), Path(source).name)

@@ -7,7 +7,7 @@ values" text in errors is always built from the registry itself.
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Callable, Generic, Iterator, Optional, TypeVar
 
 from .errors import OptionError
 
@@ -15,8 +15,10 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
+    """``param``: the parameter whose values are this registry's names (``student``), named by an unknown-name error."""
+
+    def __init__(self, kind: str, *, param: Optional[str] = None) -> None:
+        self.kind, self.param = kind, param
         self._items: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -48,9 +50,11 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            raise OptionError(self.unknown_message(name)) from None
+            raise self.unknown(name) from None
 
-    def unknown_message(self, name: str) -> str:
+    def unknown(self, name: str, *, otherwise: str = "", param: Optional[str] = None) -> OptionError:
+        """The error for a name not registered: the closest name, then every name (``otherwise``: a further way out;
+        ``param``: the parameter to change where it is not the registry's own)."""
         close = difflib.get_close_matches(name, self.names(), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        return f"unknown {self.kind} {name!r}.{hint} Choose one of: {', '.join(self.names())}."
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return OptionError(f"unknown {self.kind} {name!r}", fix=f"{hint}choose one of: {', '.join(self.names())}{otherwise}", param=param or self.param)

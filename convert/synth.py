@@ -75,14 +75,14 @@ def _check_before_reading(out: Path, grid, force: bool, samples: int, num_classe
     from .methods.dpgan import CRITICS
 
     if out.suffix != ".npz":
-        raise DpconvertError(f"`out` must end in .npz, got {out.name!r}")
+        raise DpconvertError(fix=f"`out` must end in .npz, got {out.name!r}", param="out")
     check_output(out, force=force, also=[out.with_name(out.name + ".card.json")])
     if grid:
         check_output(grid, param="grid", force=force)
     if samples < 1:
-        raise DpconvertError("`samples` must be >= 1")
+        raise DpconvertError(fix="`samples` must be >= 1", param="samples")
     if class_names is not None and len(class_names) != num_classes:
-        raise DpconvertError(f"`class_names` lists {len(class_names)} classes but `num_classes` is {num_classes}; list every class in label order")
+        raise DpconvertError(f"`class_names` lists {len(class_names)} classes but `num_classes` is {num_classes}", fix="list every class in label order", param="class_names")
     CRITICS.get(gan_opts.critic)  # an unknown critic fails here
     if sign_key is None:
         return None

@@ -97,7 +97,7 @@ def load_saved_generator(path: str | Path) -> SavedGenerator:
 
     path = Path(path)
     if not path.is_file():
-        raise DpconvertError(f"{path}: no such generator file; save one with `generator` dafl and `save_generator` {path.name}")
+        raise DpconvertError(f"{path}: no such generator file", fix=f"save one with `generator` dafl and `save_generator` {path.name}", param="generator")
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
@@ -105,10 +105,10 @@ def load_saved_generator(path: str | Path) -> SavedGenerator:
     except (SafetensorError, OSError, ValueError) as e:
         raise DpconvertError(f"{path}: not a safetensors generator file ({str(e).splitlines()[0]})") from None
     if meta.get("format") != FORMAT:
-        raise DpconvertError(f"{path}: not a dpconvert generator (format {meta.get('format')!r}, expected {FORMAT!r}); save it with `save_generator`")
+        raise DpconvertError(f"{path}: not a dpconvert generator (format {meta.get('format')!r}, expected {FORMAT!r})", fix="save it with `save_generator`", param="save_generator")
     if meta.get("sha256") != content_sha256(tensors, meta):
         raise DpconvertError(f"{path}: the weights or the recorded cost do not match the hash saved with them (changed after saving, "
-                             "or saved by an older dpconvert); save the generator again with `save_generator`")
+                             "or saved by an older dpconvert)", fix="save the generator again with `save_generator`", param="save_generator")
     try:
         spec = InputSpec(**json.loads(meta["spec"]))
         cost = GeneratorCost(**json.loads(meta["cost"]))

@@ -8,7 +8,7 @@ from dpconvert.errors import DpconvertError, OptionError
 from dpconvert.io.spec import InputSpec
 from dpconvert.registry import Registry
 
-STUDENTS: Registry = Registry("student architecture")  # each family's module registers into it (students/__init__ imports them)
+STUDENTS: Registry = Registry("student architecture", param="student")  # each family's module registers into it (students/__init__ imports them)
 
 _SMALL_INPUT_PX = 32
 
@@ -36,10 +36,10 @@ def create_timm(name: str, spec: InputSpec, *, pretrained: bool) -> nn.Module:
         import difflib
 
         close = difflib.get_close_matches(base, timm.list_models(), n=1)
-        hint = f" Did you mean 'timm:{close[0]}'?" if close else ""
-        raise OptionError(f"unknown timm model {name!r}.{hint} See timm.list_models() for names.")
+        hint = f"did you mean 'timm:{close[0]}'? " if close else ""
+        raise OptionError(f"unknown timm model {name!r}", fix=f"{hint}see timm.list_models() for names")
     kwargs = dict(num_classes=spec.num_classes, in_chans=spec.channels)
     try:
         return timm.create_model(name, pretrained=pretrained, **kwargs)
     except RuntimeError as e:
-        raise DpconvertError(f"could not create timm model {name!r}: {str(e).splitlines()[0]}; check `num_classes`/`in_chans` match the weights") from None
+        raise DpconvertError(f"could not create timm model {name!r}: {str(e).splitlines()[0]}", fix="check `num_classes`/`in_chans` match the weights", param="num_classes") from None

@@ -102,7 +102,7 @@ def test_pknn_on_prior_queries_is_record_level(tmp_path, cli):
     # DPDFD-only flags are refused where they would be ignored
     (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--public-data", "builtin:digits", "--prior", "centred_fields"], "use it with --query-generator prior or train"),
     (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "prior", "--prior", "dafl"], "unknown --prior 'dafl'"),
-    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "prior", "--distill-loss", "ce"], "configures the generator trained in the run): add --query-generator train"),
+    (["--method", "pknn", "--eps", "1", *PKNN_FAST, "--query-generator", "prior", "--distill-loss", "ce"], "configures the generator trained in the run); add --query-generator train"),
     (["--method", "dpdfd", "--eps", "1", "--public-data", "builtin:digits", "--prior", "centred_fields"], "drop one of them"),
 ])
 def test_bad_generator_inputs(tmp_path, cli, args, needle):

@@ -98,8 +98,8 @@ def test_inspect_json(cli, models):
     "args,needle",
     [
         (["does_not_exist.pt"], "no such file"),
-        (["timm:resnt18"], "Did you mean 'timm:resnet18'"),
-        (["builtin:digitz"], "Did you mean 'digits'"),
+        (["timm:resnt18"], "did you mean 'timm:resnet18'"),
+        (["builtin:digitz"], "did you mean 'digits'"),
         (["{dir}/cnn_pickled.pt", "--input-size", "1,28,28", "--num-classes", "10"], "--trust-pickle"),
         (["{dir}/cnn.onnx", "--input-size", "1,32,32"], "--input-size"),
         (["{dir}/cnn_script.pt", "--input-size", "1,28,28", "--num-classes", "7"], "--num-classes"),
@@ -115,7 +115,7 @@ def test_bad_inputs_fail_with_one_line(cli, models, args, needle):
     for name in ("corrupt.safetensors", "corrupt.pt", "corrupt.onnx"):
         (d / name).write_bytes(b"\x00garbage" * 10)
     code, out, err = cli("inspect", *[a.format(dir=d) for a in args])
-    assert code == (2 if "Did you mean" in needle else 1)  # an unknown name is a usage error
+    assert code == (2 if "did you mean" in needle else 1)  # an unknown name is a usage error
     assert needle in err
     assert err.strip().count("\n") == 0, err  # one line
     assert "Traceback" not in err

@@ -46,8 +46,8 @@ def schema(version: str, kind: str = "model") -> dict:
     path = _SCHEMAS / f"{_SCHEMA_PREFIX[kind]}-{version}.json"
     if not path.exists():
         raise DpconvertError(
-            f"unknown {_SCHEMA_PREFIX[kind]} schema version {version!r}; this dpconvert reads {', '.join(supported_versions(kind))} — upgrade dpconvert"
-        )
+            f"unknown {_SCHEMA_PREFIX[kind]} schema version {version!r} (this dpconvert reads {', '.join(supported_versions(kind))})",
+            fix="upgrade dpconvert")
     return json.loads(path.read_text())
 
 
@@ -171,15 +171,17 @@ class PrivacyCard:
         import jsonschema
 
         if not isinstance(self.data, dict):
-            raise DpconvertError(f"{source}: a privacy card must be a JSON object")
+            raise DpconvertError(fix=f"{source}: a privacy card must be a JSON object")
         bad = first_malformed_value(self.data)
         if bad:
             raise DpconvertError(f"{source}: invalid privacy card at {bad[0]}: {bad[1]}")
         version = self.data.get("schema_version")
         if not isinstance(version, str):
             old = self.data.get("format") == DATA_CARD_FORMAT
-            raise DpconvertError(f"{source}: no schema_version; " + ("a data card written before data cards could be audited: run "
-                                 "`dpconvert synth` again" if old else "not a dpconvert privacy card"))
+            if old:
+                raise DpconvertError(f"{source}: no schema_version: a data card written before data cards could be audited",
+                                     fix="run `dpconvert synth` again")
+            raise DpconvertError(f"{source}: no schema_version; not a dpconvert privacy card")
         validator = jsonschema.Draft202012Validator(schema(version, self.kind))
         error = jsonschema.exceptions.best_match(validator.iter_errors(self.data))  # descends into oneOf to the field at fault
         if error is not None:

@@ -31,7 +31,7 @@ def _y(v) -> str:
 
 def check_license(license: str) -> str:
     if not isinstance(license, str) or not LICENSE.match(license):
-        raise DpconvertError(f"`license` must be a license identifier such as apache-2.0, mit or other, got {license!r}")
+        raise DpconvertError(fix=f"`license` must be a license identifier such as apache-2.0, mit or other, got {license!r}", param="license")
     return license
 
 
@@ -67,7 +67,7 @@ def card_from_model_card(text: str, source: str) -> "PrivacyCard | None":
     if at < 0:
         return None
     if text.find(HF_CARD_MARKER, at + 1) >= 0:
-        raise DpconvertError(f"{source}: the README holds more than one privacy-card block; write it again with `dpconvert card export`")
+        raise DpconvertError(f"{source}: the README holds more than one privacy-card block", fix="write it again with `dpconvert card export`")
     start = text.find("```json", at)
     end = text.find("```", start + 7) if start >= 0 else -1
     if start < 0 or end < 0:

@@ -47,7 +47,7 @@ def extract_card(proto, source: str = "model") -> Optional[PrivacyCard]:
     entries = [p.value for p in proto.metadata_props if p.key == METADATA_KEY]
     if len(entries) > 1:
         raise DpconvertError(f"{source}: the ONNX metadata holds {len(entries)} `{METADATA_KEY}` entries (ONNX allows one per key, and "
-                             "tools disagree on which one they show); the model was tampered with: export it again from its source")
+                             "tools disagree on which one they show); the model was tampered with", fix="export it again from its source", param=METADATA_KEY)
     return PrivacyCard.from_json(entries[0], f"{source} (embedded card)") if entries else None
 
 

@@ -49,7 +49,7 @@ class CardCopies:
         card = next(iter(self.cards.values()))
         if any(c.data != card.data for c in self.cards.values()):
             raise DpconvertError(f"{self.artifact}: its card copies ({', '.join(self.cards)}) differ: one was edited after dpconvert wrote "
-                                 "it; delete the edited copy (or convert again), then sign")
+                                 "it", fix="delete the edited copy (or convert again), then sign")
         return card
 
     def artifact_sha256(self) -> Optional[str]:
@@ -166,12 +166,12 @@ def read_card(path: str | Path) -> PrivacyCard:
 
         card = card_from_model_card(_read_text(p), str(p))
         if card is None:
-            raise DpconvertError(f"{p}: holds no dpconvert privacy card; write one with `dpconvert card export`")
+            raise DpconvertError(f"{p}: holds no dpconvert privacy card", fix="write one with `dpconvert card export`")
         return card
     if p.name.endswith(CARD_SUFFIX_JSON):
         return PrivacyCard.read(p)
     if not p.exists():
         raise DpconvertError(f"{p}: no such file")
     if p.suffix.lower() not in MODEL_SUFFIXES + DATA_SUFFIXES:
-        raise DpconvertError(f"{p}: give a model ({', '.join(MODEL_SUFFIXES)}), a data set (.npz), a *{CARD_SUFFIX_JSON} card or a README.md")
+        raise DpconvertError(f"{p}", fix=f"give a model ({', '.join(MODEL_SUFFIXES)}), a data set (.npz), a *{CARD_SUFFIX_JSON} card or a README.md")
     return read_card_copies(p).the_card()

@@ -55,9 +55,9 @@ def generate_key(path: str | Path) -> tuple[Path, Path, str]:
     priv_path, pub_path = Path(path), Path(str(path) + ".pub")
     for p in (priv_path, pub_path):
         if p.exists():
-            raise DpconvertError(f"{p} exists; choose another path (dpconvert never overwrites a key)")
+            raise DpconvertError(f"{p} exists", fix="choose another path (dpconvert never overwrites a key)")
     if not priv_path.parent.exists():
-        raise DpconvertError(f"the folder {priv_path.parent} does not exist; create it or choose another path")
+        raise DpconvertError(f"the folder {priv_path.parent} does not exist", fix="create it or choose another path")
     key = Ed25519PrivateKey.generate()
     fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -72,15 +72,15 @@ def load_private_key(path: str | Path):
 
     p = Path(path)
     if not p.is_file():
-        raise DpconvertError(f"{path}: no such key file; create one with `dpconvert card keygen {p.name}`")
+        raise DpconvertError(f"{path}: no such key file", fix=f"create one with `dpconvert card keygen {p.name}`")
     password = os.environ.get("DPCONVERT_SIGN_KEY_PASSWORD")
     try:
         key = load_pem_private_key(p.read_bytes(), password=password.encode() if password else None)
     except (ValueError, TypeError) as e:
-        raise DpconvertError(f"{path}: not a readable PEM private key ({str(e).splitlines()[0][:120]}); an encrypted key needs "
+        raise DpconvertError(fix=f"{path}: not a readable PEM private key ({str(e).splitlines()[0][:120]}); an encrypted key needs "
                              "DPCONVERT_SIGN_KEY_PASSWORD") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise DpconvertError(f"{path}: not an Ed25519 key; create one with `dpconvert card keygen`")
+        raise DpconvertError(f"{path}: not an Ed25519 key", fix="create one with `dpconvert card keygen`")
     return key
 
 
@@ -105,9 +105,9 @@ def load_trusted_keys(path: str | Path) -> dict:
     elif p.is_file():
         files = [p]
     else:
-        raise DpconvertError(f"`trusted_keys` {path}: no such file or directory; give a folder of *.pub keys")
+        raise DpconvertError(f"`trusted_keys` {path}: no such file or directory", fix="give a folder of *.pub keys", param="trusted_keys")
     if not files:
-        raise DpconvertError(f"`trusted_keys` {path}: no *.pub keys in it; put the public keys you accept there")
+        raise DpconvertError(f"`trusted_keys` {path}: no *.pub keys in it", fix="put the public keys you accept there", param="trusted_keys")
     keys = {}
     for f in files:
         k = _load_public_key(f)

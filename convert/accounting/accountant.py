@@ -238,7 +238,7 @@ class PerAnswerDpdfdAccountant(DpdfdAccountant):
         super().load_state_dict(state)
         m = state.get("max_answers_per_input")
         if not isinstance(m, int) or isinstance(m, bool) or m < 1:
-            raise DpconvertError(f"accountant state max_answers_per_input must be an integer ≥ 1, got {m!r}")
+            raise DpconvertError(fix=f"accountant state max_answers_per_input must be an integer ≥ 1, got {m!r}")
         self.max_answers = m
         return self
 

@@ -16,12 +16,12 @@ from . import dpdfd, dpsgd, gaussian, pknn
 def smallest_sigma(eps_of_sigma: Callable[[float], float], target: float, *, rel_tol: float = 1e-4, hi: float = 1.0) -> float:
     """Smallest σ (to ``rel_tol``) with ε(σ) ≤ target, for ε decreasing in σ."""
     if not target > 0:
-        raise DpconvertError(f"target ε must be > 0, got {target}")
+        raise DpconvertError(fix=f"target ε must be > 0, got {target}")
     lo = 0.0
     while eps_of_sigma(hi) > target:
         lo, hi = hi, hi * 2.0
         if hi > 1e9:
-            raise DpconvertError(f"no noise level reaches ε={target}; raise `eps` or lower the number of releases")
+            raise DpconvertError(f"no noise level reaches ε={target}", fix="raise `eps` or lower the number of releases", param="eps")
     while hi - lo > rel_tol * hi:
         mid = 0.5 * (lo + hi)
         if eps_of_sigma(mid) > target:
@@ -66,7 +66,7 @@ def pknn_sigma2(plan: pknn.PknnParams, *, eps: float, delta: float) -> float:
     floor = pknn.epsilons(replace(plan, queries_answered=0), delta)["epsilon"]
     if floor >= eps:
         raise DpconvertError(
-            f"screening alone already costs ε={floor:.3f} ≥ {eps}; raise `sigma1`, lower `sampling_rate` or ask fewer queries"
+            f"screening alone already costs ε={floor:.3f} ≥ {eps}", fix="raise `sigma1`, lower `sampling_rate` or ask fewer queries", param="sigma1"
         )
     return smallest_sigma(lambda s2: pknn.epsilons(replace(plan, sigma2=s2), delta)["epsilon"], eps, rel_tol=1e-3)
 
@@ -82,7 +82,7 @@ def dpsgd_sigma(*, eps: float, delta: float, sampling_rate: float, steps: int, c
 
     floor = eps_of(1e6, dpsgd.PLD_DISCRETIZATION)
     if floor >= eps:
-        raise DpconvertError(f"the noisy record count alone costs ε={floor:.3f} ≥ {eps}; raise `count_sigma` or `eps`")
+        raise DpconvertError(f"the noisy record count alone costs ε={floor:.3f} ≥ {eps}", fix="raise `count_sigma` or `eps`", param="count_sigma")
     sigma = smallest_sigma(lambda s: eps_of(s, dpsgd.SEARCH_DISCRETIZATION), eps, rel_tol=1e-3)
     while eps_of(sigma, dpsgd.PLD_DISCRETIZATION) > eps:  # the fine grid may be a hair above the coarse one
         sigma *= 1.002
@@ -91,8 +91,8 @@ def dpsgd_sigma(*, eps: float, delta: float, sampling_rate: float, steps: int, c
 
 def _check(eps: float, delta: float, steps: int) -> None:
     if not eps > 0:
-        raise DpconvertError(f"`eps` must be > 0, got {eps}")
+        raise DpconvertError(fix=f"`eps` must be > 0, got {eps}", param="eps")
     if not 0 < delta < 1:
-        raise DpconvertError(f"`delta` must be in (0, 1), got {delta}")
+        raise DpconvertError(fix=f"`delta` must be in (0, 1), got {delta}", param="delta")
     if steps < 1:
-        raise DpconvertError(f"`releases` must be >= 1, got {steps}")
+        raise DpconvertError(fix=f"`releases` must be >= 1, got {steps}", param="releases")

@@ -46,13 +46,13 @@ class PknnParams:
         from ..errors import DpconvertError
 
         if not 0 < self.sampling_rate <= 1:
-            raise DpconvertError("`sampling_rate` (γ) must be in (0, 1]")
+            raise DpconvertError(fix="`sampling_rate` (γ) must be in (0, 1]", param="sampling_rate")
         if self.k < 1 or self.num_classes < 2:
-            raise DpconvertError("k must be >= 1 and there must be at least 2 classes")
+            raise DpconvertError(fix="k must be >= 1 and there must be at least 2 classes")
         if self.sigma1 <= 0 or self.sigma2 <= 0:
-            raise DpconvertError("`sigma1` and `sigma2` must be > 0")
+            raise DpconvertError(fix="`sigma1` and `sigma2` must be > 0", param="sigma1")
         if self.queries_asked < 0 or not 0 <= self.queries_answered <= self.queries_asked:
-            raise DpconvertError("queries answered must be between 0 and the number of queries asked")
+            raise DpconvertError(fix="queries answered must be between 0 and the number of queries asked")
         return self
 
     def to_dict(self) -> dict:

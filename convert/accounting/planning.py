@@ -18,12 +18,12 @@ log = logging.getLogger("dpconvert")
 
 def check_delta(delta: float, n: Optional[int]) -> None:
     if not 0 < delta < 1:
-        raise DpconvertError(f"`delta` must be in (0, 1), got {delta}")
+        raise DpconvertError(fix=f"`delta` must be in (0, 1), got {delta}", param="delta")
     if n is not None:
         if n < 1:
-            raise DpconvertError(f"`n` (private set size) must be >= 1, got {n}")
+            raise DpconvertError(fix=f"`n` (private set size) must be >= 1, got {n}", param="n")
         if delta > 1.0 / n:
-            raise DpconvertError(f"`delta` {delta:g} is larger than 1/n = {1.0 / n:.3g}; use `delta` {10 ** -len(str(n)):g} or smaller")
+            raise DpconvertError(f"`delta` {delta:g} is larger than 1/n = {1.0 / n:.3g}", fix=f"use `delta` {10 ** -len(str(n)):g} or smaller", param="delta")
 
 
 def plan_dpdfd(*, eps: Optional[float], delta: float, steps: int, batch_size: int, noise_multiplier: Optional[float] = None,
@@ -42,16 +42,16 @@ def plan_dpdfd(*, eps: Optional[float], delta: float, steps: int, batch_size: in
                               teachers=disjoint_teachers, cross_check=cross_check)
     check_delta(delta, n)
     if steps < 1:
-        raise DpconvertError(f"`releases` must be >= 1, got {steps}")
+        raise DpconvertError(fix=f"`releases` must be >= 1, got {steps}", param="releases")
     if batch_size < 1:
-        raise DpconvertError(f"`batch_size` must be >= 1, got {batch_size}")
+        raise DpconvertError(fix=f"`batch_size` must be >= 1, got {batch_size}", param="batch_size")
     if noise_multiplier is None:
         if eps is None:
-            raise DpconvertError("give `eps` (to calibrate σ) or `noise_multiplier` (to compute ε)")
+            raise DpconvertError(fix="give `eps` (to calibrate σ) or `noise_multiplier` (to compute ε)", param="eps")
         sigma, calibrated = calibrate.dpdfd_sigma(eps=eps, delta=delta, steps=1 if per_answer else steps), True
     else:
         if noise_multiplier < 0:
-            raise DpconvertError("`noise_multiplier` must be >= 0")
+            raise DpconvertError(fix="`noise_multiplier` must be >= 0", param="noise_multiplier")
         sigma, calibrated = float(noise_multiplier), False
     kw = dict(sigma=sigma, steps=1 if per_answer else steps, delta=delta)  # the query-level bounds
     plan = DpdfdPlan(accountant="dpdfd_per_answer" if per_answer else "dpdfd", sigma=sigma, steps=steps, batch_size=batch_size,
@@ -67,7 +67,7 @@ def plan_dpdfd(*, eps: Optional[float], delta: float, steps: int, batch_size: in
 def _plan_disjoint(*, eps, delta, steps, batch_size, noise_multiplier, teachers, cross_check) -> DpdfdPlan:
     check_delta(delta, None)
     if teachers < 2:
-        raise DpconvertError(f"`disjoint_partitions` needs two teachers or more (one per partition), got {teachers}")
+        raise DpconvertError(fix=f"`disjoint_partitions` needs two teachers or more (one per partition), got {teachers}", param="disjoint_partitions")
     record = dict(steps=steps, delta=delta, batch_size=batch_size, scope="record_disjoint", teachers=teachers)
     base = plan_dpdfd(eps=None, delta=delta, steps=steps, batch_size=batch_size, per_answer=True, cross_check=False,
                       noise_multiplier=noise_multiplier if noise_multiplier is not None
@@ -84,7 +84,7 @@ def _plan_disjoint(*, eps, delta, steps, batch_size, noise_multiplier, teachers,
 
 def _require_eps(eps):
     if eps is None:
-        raise DpconvertError("give `eps` (to calibrate σ) or `noise_multiplier` (to compute ε)")
+        raise DpconvertError(fix="give `eps` (to calibrate σ) or `noise_multiplier` (to compute ε)", param="eps")
     return eps
 
 
@@ -92,14 +92,14 @@ def plan_pknn(*, eps: Optional[float], delta: float, k: int, sampling_rate: floa
               sigma2: Optional[float], num_classes: int, queries: int, answered: int, n: Optional[int] = None) -> PknnPlan:
     check_delta(delta, n)
     if queries < 1:
-        raise DpconvertError(f"`queries` must be >= 1, got {queries}")
+        raise DpconvertError(fix=f"`queries` must be >= 1, got {queries}", param="queries")
     if n is not None and k > sampling_rate * n / 2:
-        raise DpconvertError(f"k={k} is larger than half the expected subsample size γ·n/2 = {sampling_rate * n / 2:.0f}; lower `k` or raise `sampling_rate`")
+        raise DpconvertError(f"k={k} is larger than half the expected subsample size γ·n/2 = {sampling_rate * n / 2:.0f}", fix="lower `k` or raise `sampling_rate`", param="k")
     base = pknn.PknnParams(k, sampling_rate, sigma1, threshold, sigma2 or 1.0, num_classes, queries, answered).validate()
     calibrated = sigma2 is None
     if calibrated:
         if eps is None:
-            raise DpconvertError("give `eps` (to calibrate σ2) or `sigma2` (to compute ε)")
+            raise DpconvertError(fix="give `eps` (to calibrate σ2) or `sigma2` (to compute ε)", param="eps")
         base = replace(base, sigma2=calibrate.pknn_sigma2(base, eps=eps, delta=delta))
     eps_all = pknn.epsilons(base, delta)
     return PknnPlan(**base.to_dict(), delta=delta, target_epsilon=eps, calibrated=calibrated, epsilon=eps_all["epsilon"],
@@ -113,7 +113,7 @@ def plan_dpsgd(*, eps: Optional[float], delta: float, sampling_rate: float, step
     calibrated = sigma is None
     if calibrated:
         if eps is None:
-            raise DpconvertError("give `eps` (to calibrate σ) or `sigma` (to compute ε)")
+            raise DpconvertError(fix="give `eps` (to calibrate σ) or `sigma` (to compute ε)", param="eps")
         sigma = calibrate.dpsgd_sigma(eps=eps, delta=delta, sampling_rate=sampling_rate, steps=steps, count_sigma=count_sigma)
     eps_all = dpsgd.epsilons(dpsgd.terms(sigma=sigma, sampling_rate=sampling_rate, steps=steps, count_sigma=count_sigma), delta)
     return DpsgdPlan(sigma=sigma, clip=clip, sampling_rate=sampling_rate, steps=steps, count_sigma=count_sigma, delta=delta, target_epsilon=eps,

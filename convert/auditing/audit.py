@@ -54,13 +54,13 @@ class Policy:
 
     def __post_init__(self) -> None:
         if self.require_scope not in (None, "query", "record"):
-            raise DpconvertError(f"`require_scope` must be query or record, got {self.require_scope!r}")
+            raise DpconvertError(fix=f"`require_scope` must be query or record, got {self.require_scope!r}", param="require_scope")
         for name in ("max_eps", "max_delta", "max_record_eps", "min_accuracy", "max_per_image_eps"):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise DpconvertError(f"`{name}` must be a finite number ≥ 0, got {v!r}")
+                raise DpconvertError(fix=f"`{name}` must be a finite number ≥ 0, got {v!r}", param=name)
         if self.require_signature and self.trusted_keys is None:
-            raise DpconvertError("`require_signature` needs `trusted_keys` DIR (the public keys whose signatures you accept)")
+            raise DpconvertError(fix="`require_signature` needs `trusted_keys` DIR (the public keys whose signatures you accept)", param="require_signature")
         self.trusted = None
         if self.trusted_keys is not None:
             from dpconvert.zoo_cards.signing import load_trusted_keys
@@ -129,7 +129,7 @@ def discover(paths: list[str]) -> list[Path]:
     for raw in paths:
         p = Path(raw)
         if not p.exists():
-            raise DpconvertError(f"{raw}: no such file or directory; give model files, data sets, cards or a zoo directory")
+            raise DpconvertError(f"{raw}: no such file or directory", fix="give model files, data sets, cards or a zoo directory")
         if p.is_dir():
             files = sorted(f for f in p.rglob("*") if f.is_file())
             found += [f for f in files if f.suffix.lower() in MODEL_SUFFIXES]

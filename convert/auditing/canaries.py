@@ -109,7 +109,7 @@ def make_canaries(public_x, candidates, m: int, num_classes: int, generator):
     if m > len(candidates):
         from dpconvert.errors import DpconvertError
 
-        raise DpconvertError(f"`canaries` {m} is more than the {len(candidates)} queries; lower `canaries`")
+        raise DpconvertError(f"`canaries` {m} is more than the {len(candidates)} queries", fix="lower `canaries`", param="canaries")
     pick = candidates[torch.randperm(len(candidates), generator=generator)[:m]]
     labels = torch.randint(0, num_classes, (m,), generator=generator)
     return public_x[pick].clone(), labels

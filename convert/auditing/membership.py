@@ -173,7 +173,7 @@ def plot_roc(curves: dict[str, list[AttackResult]], path: str) -> None:
     except ImportError:
         from dpconvert.errors import DpconvertError
 
-        raise DpconvertError("`plot` needs matplotlib: pip install matplotlib") from None
+        raise DpconvertError("`plot` needs matplotlib", fix="pip install matplotlib", param="plot") from None
     fig, ax = plt.subplots(figsize=(5, 5))
     for model, results in curves.items():
         for r in results:
@@ -220,7 +220,7 @@ def membership_audit(model_path: str, members: str, non_members: str, *, teacher
     from dpconvert.errors import DpconvertError
 
     if reference_models == 1 or reference_models < 0:
-        raise DpconvertError("`reference_models` needs at least 2 models (each example must be IN for some and OUT for others)")
+        raise DpconvertError(fix="`reference_models` needs at least 2 models (each example must be IN for some and OUT for others)", param="reference_models")
     targets = attack_targets(model_path, teacher, load_options)
     out, reference = {}, None
     for name, t in targets.items():
@@ -229,7 +229,7 @@ def membership_audit(model_path: str, members: str, non_members: str, *, teacher
         if limit:
             mem.x, mem.y, non.x, non.y = mem.x[:limit], mem.y[:limit], non.x[:limit], non.y[:limit]
         if len(mem) < 10 or len(non) < 10:
-            raise DpconvertError("membership inference needs at least 10 members and 10 non-members")
+            raise DpconvertError(fix="membership inference needs at least 10 members and 10 non-members")
         if reference_models and reference is None:
             import torch
 
@@ -269,10 +269,10 @@ def record_in_card(model_path: str, results: dict, members: str, non_members: st
 
     card = _card_of(model_path)
     if card is None or not model_path.endswith(".onnx"):
-        raise DpconvertError(f"{model_path}: `write_card` needs an ONNX model with a privacy card")
+        raise DpconvertError(fix=f"{model_path}: `write_card` needs an ONNX model with a privacy card", param="write_card")
     if card.data.get("signature"):  # the signature covers the whole card: an added block would silently void it
-        raise DpconvertError(f"{model_path}: the card is signed and `write_card` would change it, voiding the signature; audit without "
-                             "`write_card` (the JSON report keeps the results), or write them and sign the model again (card sign)")
+        raise DpconvertError(f"{model_path}: the card is signed and `write_card` would change it, voiding the signature",
+                             fix="audit without `write_card` (the JSON report keeps the results), or write them and sign the model again (card sign)", param="write_card")
     kept = {k: v for k, v in (card.data.get("audit") or {}).items() if k == "canary"}  # the conversion's canary audit stays
     card.data["audit"] = {
         **kept,

@@ -8,5 +8,5 @@ from dpconvert.registry import Registry
 
 _HERE = Path(__file__).parent
 
-BUILTIN_TEACHERS: Registry[Path] = Registry("built-in teacher")
+BUILTIN_TEACHERS: Registry[Path] = Registry("built-in teacher", param="teacher")
 BUILTIN_TEACHERS.register("digits")(_HERE / "digits_teacher.safetensors")

@@ -68,9 +68,9 @@ def _audit(values: dict) -> None:
         policy = Policy(**given(AUDIT, values, Policy))
         results = run_audit(paths, policy)
         if (members is None) != (non_members is None) and not (inversion and members is not None):
-            raise DpconvertError("membership inference needs both --members and --non-members")
+            raise DpconvertError(fix="membership inference needs both --members and --non-members")
         if inversion and members is None:
-            raise DpconvertError("--inversion scores the recovered images against the private records: give --members")
+            raise DpconvertError("--inversion scores the recovered images against the private records", fix="give --members")
     except DpconvertError as e:
         _exit_usage(str(e))
     print_audit(results, roots=paths)

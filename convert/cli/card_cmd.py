@@ -79,13 +79,13 @@ def _card_export(values: dict) -> None:
 
     file, out_path, license = values["file"], values["out_path"], values["license"]
     if values["fmt"] != "hf":
-        raise DpconvertError(f"unknown --format {values['fmt']!r}; choose hf")
+        raise DpconvertError(f"unknown --format {values['fmt']!r}", fix="choose hf")
     check_license(license)
     if out_path.exists() and not values["force"]:
-        raise DpconvertError(f"{out_path} exists; give --force to replace it, or another --out")
+        raise DpconvertError(f"{out_path} exists", fix="give --force to replace it, or another --out")
     card = read_card(file)
     if card.kind != "model":
-        raise DpconvertError(f"{file}: a data set's card has no Hugging Face model card; publish the .npz with its .card.json")
+        raise DpconvertError(f"{file}: a data set's card has no Hugging Face model card", fix="publish the .npz with its .card.json")
     with AtomicOutputs() as o:
         o.write(out_path, render_hf_model_card(card, license=license))
     out.print(f"wrote {out_path}", markup=False)

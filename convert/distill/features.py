@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from dpconvert.registry import Registry
 
-FEATURES: Registry = Registry("feature map")
+FEATURES: Registry = Registry("feature map", param="features")
 
 
 def hog(x: torch.Tensor, cell: int = 4, bins: int = 9) -> torch.Tensor:
@@ -114,14 +114,14 @@ def timm_backbone_features(spec, ref: str):
 
     name, _, weights = ref.partition("@")
     if not timm.is_model(name.split(".")[0]):
-        raise DpconvertError(f"`features` timm:{ref}: unknown timm model {name!r}; see timm.list_models()")
+        raise DpconvertError(f"`features` timm:{ref}: unknown timm model {name!r}", fix="see timm.list_models()", param="features")
     kwargs = {"pretrained_cfg_overlay": dict(file=weights)} if weights else {}
     try:
         model = timm.create_model(name, pretrained=True, num_classes=0, **kwargs).eval()
     except Exception as e:  # hub unreachable, missing or unfitting weights file
         msg = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
-        raise DpconvertError(f"`features` timm:{ref}: could not load public pretrained weights ({msg}); "
-                             "give local weights as timm:NAME@FILE") from None
+        raise DpconvertError(f"`features` timm:{ref}: could not load public pretrained weights ({msg})",
+                             fix="give local weights as timm:NAME@FILE", param="features") from None
     cfg = model.pretrained_cfg
     in_mean = torch.tensor(spec.mean).view(1, -1, 1, 1)
     in_std = torch.tensor(spec.std).view(1, -1, 1, 1)

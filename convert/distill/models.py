@@ -38,7 +38,7 @@ def classifier(student: torch.nn.Module) -> torch.nn.Linear:
     head = student.get_classifier() if hasattr(student, "get_classifier") else student.head
     linears = [m for m in head.modules() if isinstance(m, torch.nn.Linear)]
     if not linears:
-        raise DpconvertError(f"the student's classifier ({type(head).__name__}) has no Linear layer; choose another `student`")
+        raise DpconvertError(f"the student's classifier ({type(head).__name__}) has no Linear layer", fix="choose another `student`", param="student")
     return linears[-1]
 
 

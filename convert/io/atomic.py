@@ -31,20 +31,20 @@ def check_output(path: str | Path, *, param: str = "out", force: bool = False, a
     (sidecar cards) that count as this output when deciding whether something would be replaced."""
     path = Path(path)
     if path.is_dir():
-        raise DpconvertError(f"`{param}` {path} is a folder; give a file name inside it")
+        raise DpconvertError(f"`{param}` {path} is a folder", fix="give a file name inside it", param=param)
     parent = path.parent
     if not parent.is_dir():
-        raise DpconvertError(f"the folder {parent} of `{param}` does not exist; create it or choose another `{param}`")
+        raise DpconvertError(f"the folder {parent} of `{param}` does not exist", fix=f"create it or choose another `{param}`", param=param)
     existing = [p for p in (path, *also) if p.exists()]
     if existing and not force:
-        raise DpconvertError(f"{existing[0]} exists; give `force` to replace it, or choose another `{param}`")
+        raise DpconvertError(f"{existing[0]} exists", fix=f"give `force` to replace it, or choose another `{param}`", param="force")
     probe = parent / f".{path.name}.{secrets.token_hex(4)}.probe"
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise DpconvertError(f"cannot write `{param}` in {parent} ({_why(e)}); choose a writable folder") from None
+        raise DpconvertError(f"cannot write `{param}` in {parent} ({_why(e)})", fix="choose a writable folder", param=param) from None
     return path
 
 

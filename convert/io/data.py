@@ -93,7 +93,7 @@ def _read_builtin(source: str, pixel_range: Optional[float] = None, class_names=
     name = source[len("builtin:"):]
     splits = {"digits": "test", "digits:test": "test", "digits:train": "train", "digits:all": "all"}
     if name not in splits:
-        raise DpconvertError(f"unknown built-in dataset {source!r}; use builtin:digits (test split), builtin:digits:train or builtin:digits:all")
+        raise DpconvertError(f"unknown built-in dataset {source!r}", fix="use builtin:digits (test split), builtin:digits:train or builtin:digits:all")
     return digits_split(splits[name])
 
 
@@ -109,14 +109,14 @@ def _read_npz(source: str, pixel_range: Optional[float] = None, class_names=None
     try:
         with np.load(path, allow_pickle=False) as f:
             if "x" not in f:
-                raise DpconvertError(f"{source}: an .npz dataset needs an array named 'x' (and optionally 'y'); found {sorted(f.files)}")
+                raise DpconvertError(fix=f"{source}: an .npz dataset needs an array named 'x' (and optionally 'y'); found {sorted(f.files)}")
             x = np.asarray(f["x"])
             y = np.asarray(f["y"]).astype(np.int64) if "y" in f else None
     except (OSError, ValueError) as e:
-        raise DpconvertError(f"{source}: not a readable .npz file ({e}); save it with numpy.savez(path, x=..., y=...)") from None
+        raise DpconvertError(f"{source}: not a readable .npz file ({e})", fix="save it with numpy.savez(path, x=..., y=...)") from None
     x = _scaled(_to_nchw(x, source), source, pixel_range)
     if y is not None and len(y) != len(x):
-        raise DpconvertError(f"{source}: 'x' has {len(x)} images but 'y' has {len(y)} labels; they must match")
+        raise DpconvertError(fix=f"{source}: 'x' has {len(x)} images but 'y' has {len(y)} labels; they must match")
     return RawImages(x, y, f"{path.name} ({len(x)} images)")
 
 
@@ -129,7 +129,7 @@ def _to_nchw(x: np.ndarray, source: str) -> np.ndarray:
     elif x.ndim == 4 and x.shape[-1] in (1, 3) and x.shape[1] not in (1, 3):  # N,H,W,C
         x = x.transpose(0, 3, 1, 2)
     elif x.ndim != 4:
-        raise DpconvertError(f"{source}: 'x' must be N,H,W or N,C,H,W or N,H,W,C; got shape {x.shape}")
+        raise DpconvertError(fix=f"{source}: 'x' must be N,H,W or N,C,H,W or N,H,W,C; got shape {x.shape}")
     return x
 
 
@@ -141,20 +141,20 @@ def _scaled(x: np.ndarray, source: str, pixel_range: Optional[float]) -> np.ndar
     of range would change every other record).
     """
     if pixel_range is not None and not pixel_range > 0:
-        raise DpconvertError(f"`pixel_range` must be > 0, got {pixel_range}")
+        raise DpconvertError(fix=f"`pixel_range` must be > 0, got {pixel_range}", param="pixel_range")
     if x.dtype == np.uint8 and pixel_range is None:
         return x.astype(np.float32) / 255.0
     if x.dtype == np.bool_:
         return x.astype(np.float32)
     if pixel_range is None and not np.issubdtype(x.dtype, np.floating):
-        raise DpconvertError(f"{source}: pixels stored as {x.dtype}; declare their range with `pixel_range` (e.g. 255 or 65535), "
-                             "or store uint8 (0..255) or float in [0, 1]")
+        raise DpconvertError(f"{source}: pixels stored as {x.dtype}", fix="declare their range with `pixel_range` (e.g. 255 or 65535), "
+                             "or store uint8 (0..255) or float in [0, 1]", param="pixel_range")
     scale = 1.0 if pixel_range is None else float(pixel_range)
     y = (x.astype(np.float64) / scale).astype(np.float32)
     if y.size and not (np.isfinite(y).all() and y.min() >= 0.0 and y.max() <= 1.0):
         hint = "declare their range with `pixel_range` (e.g. `pixel_range` 255)" if pixel_range is None else "fix the data or `pixel_range`"
-        raise DpconvertError(f"{source}: pixels outside [0, {scale:g}] or not finite; {hint}. dpconvert never rescales a data set "
-                             "by its own maximum (one record would change every other)")
+        raise DpconvertError(f"{source}: pixels outside [0, {scale:g}] or not finite (dpconvert never rescales a data set by its own "
+                             "maximum: one record would change every other)", fix=hint, param="pixel_range")
     return y
 
 
@@ -195,7 +195,7 @@ def _read_idx_array(path: Path) -> np.ndarray:
         shape = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
         return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
     except (OSError, ValueError, struct.error, EOFError) as e:
-        raise DpconvertError(f"{path}: not a valid IDX file ({e}); re-download the dataset") from None
+        raise DpconvertError(f"{path}: not a valid IDX file ({e})", fix="download the data set again") from None
 
 
 def _read_idx(source: str, pixel_range: Optional[float] = None, class_names=None) -> RawImages:
@@ -230,11 +230,11 @@ def _image_pixels(f: Path) -> np.ndarray:
         img = Image.open(f)
         img.load()
     except OSError as e:
-        raise DpconvertError(f"{f}: cannot read image ({e}); remove or fix the file") from None
+        raise DpconvertError(f"{f}: cannot read image ({e})", fix="remove or fix the file") from None
     if img.mode in ("I;16", "I;16L", "I;16B"):
         return (np.asarray(img, dtype=np.float32) / 65535.0)[None]
     if img.mode in ("I", "F"):
-        raise DpconvertError(f"{f}: {img.mode!r} images (32-bit) have no declared pixel range; save them as 8- or 16-bit PNG")
+        raise DpconvertError(f"{f}: {img.mode!r} images (32-bit) have no declared pixel range", fix="save them as 8- or 16-bit PNG")
     img = img.convert("L" if img.mode in ("L", "1", "LA") else "RGB")
     a = np.asarray(img, dtype=np.float32) / 255.0
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
@@ -249,14 +249,14 @@ def class_index(folder_names: list[str], class_names: Optional[list[str]] = None
         stray = sorted(n for n in folder_names if n not in index)
         if stray:
             raise DpconvertError(f"{source}: the class folder {stray[0]!r} is not in the declared `class_names` ({', '.join(class_names[:5])}"
-                                 f"{', …' if len(class_names) > 5 else ''}); add it to the list or move its images")
+                                 f"{', …' if len(class_names) > 5 else ''})", fix="add it to the list or move its images", param="class_names")
         return {n: index[n] for n in folder_names}
     if all(n.isdigit() for n in folder_names):
         return {n: int(n) for n in folder_names}
     named = sorted(n for n in folder_names if not n.isdigit())
-    raise DpconvertError(f"{source}: the class folders have names ({', '.join(named[:3])}{', …' if len(named) > 3 else ''}); declare the "
-                         "class list in label order with `class_names` (names or a file with one per line; it is public by your "
-                         "statement), or name the folders 0..K-1")
+    raise DpconvertError(f"{source}: the class folders have names ({', '.join(named[:3])}{', …' if len(named) > 3 else ''})",
+                         fix="declare the class list in label order with `class_names` (names or a file with one per line; it is public by your "
+                         "statement), or name the folders 0..K-1", param="class_names")
 
 
 def parse_class_names(value: str) -> list[str]:
@@ -265,7 +265,7 @@ def parse_class_names(value: str) -> list[str]:
     names = [n.strip() for n in (p.read_text(encoding="utf-8").splitlines() if p.is_file() else value.split(","))]
     names = [n for n in names if n]
     if len(names) < 2 or len(set(names)) != len(names):
-        raise DpconvertError(f"`class_names` must list at least two distinct names in label order, got {value!r}")
+        raise DpconvertError(fix=f"`class_names` must list at least two distinct names in label order, got {value!r}", param="class_names")
     return names
 
 
@@ -279,7 +279,7 @@ def _read_image_folder(source: str, pixel_range: Optional[float] = None, class_n
                 images.append(_image_pixels(f))
                 labels.append(index[name])
     if not images:
-        raise DpconvertError(f"{source}: no images found; an ImageFolder has one sub-folder per class with image files inside")
+        raise DpconvertError(f"{source}: no images found", fix="give an ImageFolder: one sub-folder per class with image files inside")
     pixels = np.stack(images) if len({i.shape for i in images}) == 1 else images
     return RawImages(pixels, np.asarray(labels, dtype=np.int64), f"{root.name} ImageFolder ({len(images)} images)")
 
@@ -290,7 +290,7 @@ READERS.register("imagefolder")((_is_image_folder, _read_image_folder))
 def _existing(source: str) -> Path:
     p = Path(source)
     if not p.exists():
-        raise DpconvertError(f"{source}: no such file or directory; check the path")
+        raise DpconvertError(f"{source}: no such file or directory", fix="check the path")
     return p
 
 
@@ -301,7 +301,7 @@ def read_raw(source: str, pixel_range: Optional[float] = None, class_names: Opti
             return read(source, pixel_range, class_names)
     _existing(source)
     raise DpconvertError(
-        f"{source}: not a dataset dpconvert can read; give an ImageFolder directory, an .npz with 'x' (and 'y'), "
+        f"{source}: not a dataset dpconvert can read", fix="give an ImageFolder directory, an .npz with 'x' (and 'y'), "
         "a directory of MNIST-format IDX files (DIR or DIR:train), or builtin:digits"
     )
 
@@ -316,7 +316,7 @@ def _fit_records(x, spec):
         elif spec.channels == 1:
             x = x.mean(1, keepdim=True)
         else:
-            raise DpconvertError(f"images with {x.shape[1]} channels cannot feed a model with {spec.channels}; convert the images")
+            raise DpconvertError(f"images with {x.shape[1]} channels cannot feed a model with {spec.channels}", fix="convert the images")
     if tuple(x.shape[2:]) != (spec.height, spec.width):
         x = F.interpolate(x, size=(spec.height, spec.width), mode="bilinear", align_corners=False, antialias=True)
     return x
@@ -331,7 +331,7 @@ def fit_to_spec(raw: RawImages, spec, *, require_labels: bool = False) -> Datase
     import torch
 
     if require_labels and raw.labels is None:
-        raise DpconvertError(f"{raw.description}: labels are required here but the data has none; add labels ('y' in .npz, class folders, or IDX label files)")
+        raise DpconvertError(f"{raw.description}: labels are required here but the data has none", fix="add labels ('y' in .npz, class folders, or IDX label files)")
     records = [raw.pixels] if isinstance(raw.pixels, np.ndarray) else [a[None] for a in raw.pixels]
     shapes = sorted({tuple(r.shape[1:]) for r in records})
     out = torch.empty(len(raw), *spec.shape)
@@ -352,7 +352,7 @@ def fit_to_spec(raw: RawImages, spec, *, require_labels: bool = False) -> Datase
     out = (out - mean) / std
     y = torch.from_numpy(raw.labels) if raw.labels is not None else None
     if y is not None and len(y) and (int(y.max()) >= spec.num_classes or int(y.min()) < 0):
-        raise DpconvertError(f"{raw.description}: labels must be 0..{spec.num_classes - 1} for a model with {spec.num_classes} classes; "
+        raise DpconvertError(fix=f"{raw.description}: labels must be 0..{spec.num_classes - 1} for a model with {spec.num_classes} classes; "
                              "the data does not match the model")
     return Dataset(out.float(), y, raw.description)
 

@@ -44,7 +44,7 @@ def export_onnx(model: torch.nn.Module, input_shape: tuple[int, int, int]):
                 dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}, opset_version=OPSET, dynamo=False,
             )
     except Exception as e:  # an architecture ONNX cannot express
-        raise DpconvertError(f"ONNX export failed ({str(e).splitlines()[0][:200]}); choose another `student`") from None
+        raise DpconvertError(f"ONNX export failed ({str(e).splitlines()[0][:200]})", fix="choose another `student`", param="student") from None
     proto = onnx.load_from_string(buf.getvalue())
     onnx.checker.check_model(proto, full_check=True)
     return proto

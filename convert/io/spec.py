@@ -19,13 +19,13 @@ class InputSpec:
     def __post_init__(self) -> None:
         for name in ("channels", "height", "width", "num_classes"):
             if getattr(self, name) < 1:
-                raise DpconvertError(f"input spec: {name} must be >= 1, got {getattr(self, name)}")
+                raise DpconvertError(fix=f"input spec: {name} must be >= 1, got {getattr(self, name)}")
         if self.num_classes < 2:
-            raise DpconvertError("input spec: a classifier needs at least 2 classes; fix `num_classes`")
+            raise DpconvertError("input spec: a classifier needs at least 2 classes", fix="fix `num_classes`", param="num_classes")
         object.__setattr__(self, "mean", _per_channel(self.mean, self.channels, "`mean`"))
         object.__setattr__(self, "std", _per_channel(self.std, self.channels, "`std`"))
         if any(s <= 0 for s in self.std):
-            raise DpconvertError("input spec: every `std` value must be > 0")
+            raise DpconvertError(fix="input spec: every `std` value must be > 0", param="std")
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -53,7 +53,7 @@ def _per_channel(values, channels: int, flag: str) -> tuple[float, ...]:
     if len(values) == 1:
         return values * channels
     if len(values) != channels:
-        raise DpconvertError(f"{flag} has {len(values)} values but the input has {channels} channels; give 1 or {channels}")
+        raise DpconvertError(f"{flag} has {len(values)} values but the input has {channels} channels", fix=f"give 1 or {channels}")
     return values
 
 
@@ -64,12 +64,12 @@ def parse_size(text: str) -> tuple[int, int, int]:
     except ValueError:
         parts = ()
     if len(parts) != 3 or min(parts) < 1:
-        raise OptionError(f"`input_size` must be C,H,W with positive integers (e.g. 1,28,28), got {text!r}")
+        raise OptionError(fix=f"`input_size` must be C,H,W with positive integers (e.g. 1,28,28), got {text!r}", param="input_size")
     return parts  # type: ignore[return-value]
 
 
-def parse_floats(text: str, flag: str) -> tuple[float, ...]:
+def parse_floats(text: str, param: str) -> tuple[float, ...]:
     try:
         return tuple(float(p) for p in text.split(","))
     except ValueError:
-        raise OptionError(f"{flag} must be comma-separated numbers (e.g. 0.5 or 0.485,0.456,0.406), got {text!r}") from None
+        raise OptionError(fix=f"`{param}` must be comma-separated numbers (e.g. 0.5 or 0.485,0.456,0.406), got {text!r}", param=param) from None

@@ -32,21 +32,21 @@ def expand_teacher_sources(sources: Union[str, Sequence[str]]) -> list[str]:
         if p.is_dir():
             files = sorted(str(f) for f in p.iterdir() if f.suffix.lower() in TEACHER_SUFFIXES and f.is_file())
             if not files:
-                raise DpconvertError(f"{source}: the folder holds no teacher file ({', '.join(TEACHER_SUFFIXES)}); give teacher files")
+                raise DpconvertError(f"{source}: the folder holds no teacher file ({', '.join(TEACHER_SUFFIXES)})", fix="give teacher files")
             out += files
         elif p.suffix.lower() == LIST_SUFFIX and p.is_file():
             lines = [ln.strip() for ln in p.read_text().splitlines()]
             listed = [str(p.parent / ln) if not Path(ln).is_absolute() else ln for ln in lines if ln and not ln.startswith("#")]
             if not listed:
-                raise DpconvertError(f"{source}: the list file names no teacher; write one teacher path a line")
+                raise DpconvertError(f"{source}: the list file names no teacher", fix="write one teacher path a line")
             out += listed
         else:
             out.append(str(source))
     if not out:
-        raise DpconvertError("no teacher given; give a teacher file, timm:NAME or builtin:digits")
+        raise DpconvertError("no teacher given", fix="give a teacher file, timm:NAME or builtin:digits")
     if len(set(out)) != len(out):
         twice = sorted({s for s in out if out.count(s) > 1})
-        raise DpconvertError(f"teacher {twice[0]} is named twice; name each teacher once")
+        raise DpconvertError(f"teacher {twice[0]} is named twice", fix="name each teacher once")
     return out
 
 
@@ -73,17 +73,17 @@ def load_teachers(sources: Union[str, Sequence[str]], options: Optional[LoadOpti
     for m in members:  # one model twice would be one partition's teacher counted twice (its records would move 2 of n)
         for key, what in ((m.sha256, "file sha256"), (m.weights_sha256, "weights sha256")):  # the weights: a re-saved copy too
             if key is not None and key in seen:
-                raise DpconvertError(f"{m.source} and {seen[key]} are the same model ({what} {key[:12]}…); give each teacher once")
+                raise DpconvertError(f"{m.source} and {seen[key]} are the same model ({what} {key[:12]}…)", fix="give each teacher once")
             if key is not None:
                 seen[key] = m.source
     first = members[0]
     for m in members[1:]:
         if (m.spec.shape, m.spec.num_classes) != (first.spec.shape, first.spec.num_classes):
             raise DpconvertError(f"{m.source} takes {list(m.spec.shape)} and answers {m.spec.num_classes} classes, but {first.source} "
-                                 f"takes {list(first.spec.shape)} with {first.spec.num_classes}; give teachers of one task")
+                                 f"takes {list(first.spec.shape)} with {first.spec.num_classes}", fix="give teachers of one task")
         if (m.spec.mean, m.spec.std) != (first.spec.mean, first.spec.std):
-            raise DpconvertError(f"{m.source} normalises its input differently from {first.source}; give teachers trained with "
-                                 "one normalisation (or set `mean`/`std` for all)")
+            raise DpconvertError(f"{m.source} normalises its input differently from {first.source}",
+                                 fix="give teachers trained with one normalisation (or set `mean`/`std` for all)", param="mean")
 
     def mean_logits(x):
         total = None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional
 
-from dpconvert.errors import DpconvertError, OptionError
+from dpconvert.errors import DpconvertError
 from dpconvert.io.hashing import file_sha256
 from dpconvert.registry import Registry
 from dpconvert.io.spec import InputSpec, parse_floats, parse_size
@@ -21,11 +21,11 @@ from dpconvert.option_fields import TEACHER, option
 
 
 def _parse_mean(text: str) -> tuple:
-    return parse_floats(text, "`mean`")
+    return parse_floats(text, "mean")
 
 
 def _parse_std(text: str) -> tuple:
-    return parse_floats(text, "`std`")
+    return parse_floats(text, "std")
 
 
 @dataclass
@@ -100,11 +100,11 @@ LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 def _require_file(source: str) -> Path:
     p = Path(source)
     if not p.is_file():
-        raise DpconvertError(f"{source}: no such file; check the teacher path (or use timm:NAME / builtin:digits)")
+        raise DpconvertError(f"{source}: no such file", fix="check the teacher path (or use timm:NAME / builtin:digits)")
     with open(p, "rb") as f:
         head = f.read(len(LFS_POINTER))
     if head == LFS_POINTER:  # a Hub or Git clone without Git LFS: the file is a 130-byte pointer, not the weights
-        raise DpconvertError(f"{source} is a Git LFS pointer, not the model: run `git lfs pull` in its clone (or download the "
+        raise DpconvertError(f"{source} is a Git LFS pointer, not the model", fix="run `git lfs pull` in its clone (or download the "
                              "file itself)")
     return p
 
@@ -153,8 +153,8 @@ def _spec_from(base: Optional[InputSpec], opts: LoadOptions, what: str) -> Input
     missing = ([] if None not in (c, h, w) else [("input size", "`input_size` C,H,W (e.g. 1,28,28)")]) + (
         [] if k is not None else [("class count", "`num_classes` K")])
     if missing:
-        raise DpconvertError(f"{what}: cannot tell the {' or the '.join(name for name, _ in missing)}; give "
-                             + " and ".join(flag for _, flag in missing))
+        raise DpconvertError(f"{what}: cannot tell the {' or the '.join(name for name, _ in missing)}",
+                             fix="give " + " and ".join(flag for _, flag in missing), param="input_size" if None in (c, h, w) else "num_classes")
     if opts.mean is not None:
         mean = opts.mean
     if opts.std is not None:
@@ -163,8 +163,8 @@ def _spec_from(base: Optional[InputSpec], opts: LoadOptions, what: str) -> Input
         mean, std = (sum(mean) / len(mean),), (sum(std) / len(std),)
     for given, values, flag in ((opts.mean, mean, "mean"), (opts.std, std, "std")):
         if given is None and values is not None and len(values) not in (1, c):  # the model's own normalisation, not a flag
-            raise DpconvertError(f"{what}: the model normalises {len(values)} input channels but `input_size` gives {c}; give the "
-                                 f"model's own input size (C = {len(values)}), or `mean` and `std` for {c} channel{'s' * (c > 1)}")
+            raise DpconvertError(f"{what}: the model normalises {len(values)} input channels but `input_size` gives {c}",
+                                 fix=f"give the model's own input size (C = {len(values)}), or `mean` and `std` for {c} channel{'s' * (c > 1)}", param="input_size")
     return InputSpec(c, h, w, k, mean if mean is not None else (0.0,), std if std is not None else (1.0,))
 
 
@@ -241,20 +241,20 @@ def check_teacher(teacher: Teacher) -> Teacher:
     except Exception as e:  # the model itself rejected the input
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DpconvertError(
-            f"{teacher.source}: the teacher failed on an input of shape {tuple(x.shape)} ({first[:200]}); "
-            "fix `input_size` C,H,W to match the model"
+            f"{teacher.source}: the teacher failed on an input of shape {tuple(x.shape)} ({first[:200]})",
+            fix="fix `input_size` C,H,W to match the model", param="input_size"
         ) from None
     if isinstance(out, (tuple, list)):
         first = f"; the first is {tuple(out[0].shape)}" if out and isinstance(out[0], torch.Tensor) else ""
         raise DpconvertError(f"{teacher.source}: the teacher returns a {type(out).__name__} of {len(out)} values{first}; dpconvert needs a "
-                             "classifier that returns one logits tensor: export a wrapper that returns the logits alone")
+                             "classifier that returns one logits tensor", fix="export a wrapper that returns the logits alone")
     if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != len(x):
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise DpconvertError(f"{teacher.source}: the teacher returned {shape} for a batch of {len(x)}; dpconvert needs a classifier that "
+        raise DpconvertError(fix=f"{teacher.source}: the teacher returned {shape} for a batch of {len(x)}; dpconvert needs a classifier that "
                              "returns logits of shape (batch, classes)")
     if out.shape[1] != teacher.spec.num_classes:
         raise DpconvertError(
-            f"{teacher.source}: the teacher returns {out.shape[1]} classes but `num_classes` says {teacher.spec.num_classes}; fix `num_classes`"
+            f"{teacher.source}: the teacher returns {out.shape[1]} classes but `num_classes` says {teacher.spec.num_classes}", fix="fix `num_classes`", param="num_classes"
         )
     kind = _probability_output(out.float())
     if kind:
@@ -322,13 +322,13 @@ def _require_hub(source: str, timeout: float = 3.0) -> None:
 
     fix = "pass `weights` FILE to load local weights offline"
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        raise DpconvertError(f"{source}: HF_HUB_OFFLINE is set, so its pretrained weights cannot be downloaded; {fix}")
+        raise DpconvertError(f"{source}: HF_HUB_OFFLINE is set, so its pretrained weights cannot be downloaded", fix=fix, param="weights")
     endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     try:
         socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout).close()
     except OSError:
         raise DpconvertError(f"{source}: the Hugging Face Hub ({endpoint.hostname}) cannot be reached from here to download its "
-                             f"pretrained weights; {fix}") from None
+                             "pretrained weights", fix=fix, param="weights") from None
 
 
 
@@ -364,11 +364,11 @@ def load_timm(source: str, opts: LoadOptions) -> Teacher:
         raise
     except RuntimeError as e:
         if opts.weights is not None:
-            raise DpconvertError(f"{source}: `weights` do not fit the model ({_first_mismatch(str(e))}); check `num_classes` and `in_chans`") from None
-        raise DpconvertError(f"{source}: could not load pretrained weights ({str(e).splitlines()[0][:200]}); pass `weights` FILE to load local weights offline") from None
+            raise DpconvertError(f"{source}: `weights` do not fit the model ({_first_mismatch(str(e))})", fix="check `num_classes` and `in_chans`", param="num_classes") from None
+        raise DpconvertError(f"{source}: could not load pretrained weights ({str(e).splitlines()[0][:200]})", fix="pass `weights` FILE to load local weights offline", param="weights") from None
     except Exception as e:  # hub unreachable, unreadable weights file
         msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise DpconvertError(f"{source}: could not load pretrained weights ({msg}); pass `weights` FILE to load local weights offline") from None
+        raise DpconvertError(f"{source}: could not load pretrained weights ({msg})", fix="pass `weights` FILE to load local weights offline", param="weights") from None
     sha = file_sha256(opts.weights) if opts.weights else None
     return Teacher(
         _torch_forward(model, opts.device, channels_last=True), spec, "timm", source,
@@ -397,7 +397,7 @@ def load_onnx(source: str, opts: LoadOptions) -> Teacher:
         k = out_dims[-1] if out_dims and isinstance(out_dims[-1], int) else None
         base = InputSpec(dims[1], dims[2], dims[3], k or 2)
         if k is None and opts.num_classes is None:
-            raise DpconvertError(f"{source}: the output class dimension is symbolic; give `num_classes`")
+            raise DpconvertError(f"{source}: the output class dimension is symbolic", fix="give `num_classes`", param="num_classes")
     spec = _spec_from(base, opts, source)
     warnings = []
     assumed = None
@@ -439,7 +439,7 @@ def load_exported(source: str, opts: LoadOptions) -> Teacher:
     try:
         program = torch.export.load(str(path))
     except Exception as e:
-        raise DpconvertError(f"{source}: not a torch.export program ({str(e).splitlines()[0][:160]}); save it with torch.export.save") from None
+        raise DpconvertError(f"{source}: not a torch.export program ({str(e).splitlines()[0][:160]})", fix="save it with torch.export.save") from None
     module = program.module()
     base = None
     args = program.example_inputs[0] if program.example_inputs else ()
@@ -504,7 +504,7 @@ def _load_safetensors_file(path_str: str, opts: LoadOptions, *, kind: str, sourc
             meta = f.metadata() or {}
         state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as e:
-        raise DpconvertError(f"{source}: not a valid safetensors file ({str(e)[:160]}); re-save it with safetensors.torch.save_file") from None
+        raise DpconvertError(f"{source}: not a valid safetensors file ({str(e)[:160]})", fix="save it again with safetensors.torch.save_file") from None
     base = InputSpec.from_dict(json.loads(meta["dpconvert.input_spec"])) if "dpconvert.input_spec" in meta else None
     arch = opts.arch or meta.get("dpconvert.arch")
     return _from_state_dict(state, arch, base, opts, kind=kind, source=source, sha=file_sha256(path))
@@ -527,14 +527,14 @@ def load_torch_file(source: str, opts: LoadOptions) -> Teacher:
 
     path = _require_file(source)
     if _torch_checkpoint_format(path) is None:
-        raise DpconvertError(f"{source}: not a PyTorch checkpoint (torch.save writes a zip archive or a pickle; this file is neither); "
-                             "give the checkpoint itself, or a .safetensors / .onnx file")
+        raise DpconvertError(f"{source}: not a PyTorch checkpoint (torch.save writes a zip archive or a pickle; this file is neither)",
+                             fix="give the checkpoint itself, or a .safetensors / .onnx file")
     sha = file_sha256(path)
     if _is_torchscript(path):
         try:
             module = torch.jit.load(str(path), map_location="cpu")
         except Exception as e:
-            raise DpconvertError(f"{source}: corrupt TorchScript file ({str(e).splitlines()[0][:160]}); re-save it with torch.jit.save") from None
+            raise DpconvertError(f"{source}: corrupt TorchScript file ({str(e).splitlines()[0][:160]})", fix="save it again with torch.jit.save") from None
         return Teacher(_torch_forward(module, opts.device), _spec_from(_answered_classes(module, opts), opts, source), "torchscript", source,
                        f"TorchScript module {path.name}", sha, "torchscript", _num_params(module), module,
                        _normalisation_warnings(False, opts))
@@ -542,20 +542,20 @@ def load_torch_file(source: str, opts: LoadOptions) -> Teacher:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         if "weights_only" not in str(e) and "Weights only" not in str(e):
-            raise DpconvertError(f"{source}: corrupt checkpoint ({str(e).splitlines()[0][:160]}); re-save it with torch.save") from None
+            raise DpconvertError(f"{source}: corrupt checkpoint ({str(e).splitlines()[0][:160]})", fix="save it again with torch.save") from None
         if not opts.trust_pickle:
             raise DpconvertError(
-                f"{source} holds a pickled Python object (a whole nn.Module); unpickling runs arbitrary code from the file. "
-                "Save a state_dict instead, or pass `trust_pickle` if you trust its author"
+                f"{source} holds a pickled Python object (a whole nn.Module); unpickling runs arbitrary code from the file",
+                fix="save a state_dict instead, or pass `trust_pickle` if you trust its author", param="trust_pickle"
             ) from None
         try:
             obj = torch.load(str(path), map_location="cpu", weights_only=False)
         except Exception as e:  # noqa: BLE001 — unpickling user bytes raises anything
-            raise DpconvertError(f"{source}: corrupt checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}); "
-                                 "re-save it with torch.save") from None
+            raise DpconvertError(f"{source}: corrupt checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})",
+                                 fix="save it again with torch.save") from None
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError, TypeError, IndexError) as e:
-        raise DpconvertError(f"{source}: corrupt or unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}); "
-                             "re-save it with torch.save") from None
+        raise DpconvertError(f"{source}: corrupt or unreadable checkpoint ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})",
+                             fix="save it again with torch.save") from None
     if isinstance(obj, torch.nn.Module):
         base, known = _module_spec(obj, opts)
         return Teacher(_torch_forward(obj, opts.device, channels_last=True), _spec_from(base, opts, source), "pickled-module", source,
@@ -575,7 +575,7 @@ def _unwrap_state_dict(obj, source: str) -> dict:
                 obj = obj[key]
                 break
     if not isinstance(obj, dict) or not obj or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise DpconvertError(f"{source}: expected a state_dict (a dict of tensors); save one with torch.save(model.state_dict(), path)")
+        raise DpconvertError(f"{source}: expected a state_dict (a dict of tensors)", fix="save one with torch.save(model.state_dict(), path)")
     prefix = "module."
     if all(k.startswith(prefix) for k in obj):
         obj = {k[len(prefix):]: v for k, v in obj.items()}
@@ -602,7 +602,7 @@ def _from_state_dict(state: dict, arch: Optional[str], base: Optional[InputSpec]
                 notes.append(f"input normalisation taken from timm's {arch[5:]} config (mean {list(base.mean)}, std {list(base.std)}); "
                              "pass `mean`/`std` if the model was trained with other values")
     elif arch not in STUDENTS:
-        raise OptionError(STUDENTS.unknown_message(arch) + " Or use `arch` timm:NAME")
+        raise STUDENTS.unknown(arch, otherwise=", or `arch` timm:NAME", param="arch")
     spec = _spec_from(base, opts, source)
     module = create_student(arch, spec)
     missing, unexpected = [], []
@@ -611,11 +611,11 @@ def _from_state_dict(state: dict, arch: Optional[str], base: Optional[InputSpec]
         missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
     except RuntimeError as e:
         raise DpconvertError(
-            f"{source}: weights do not fit `arch` {arch} ({_first_mismatch(str(e))}); check `arch`, `num_classes` and `in_chans`/`input_size`"
+            f"{source}: weights do not fit `arch` {arch} ({_first_mismatch(str(e))})", fix="check `arch`, `num_classes` and `in_chans`/`input_size`", param="arch"
         ) from None
     if missing or unexpected:
         raise DpconvertError(
-            f"{source}: weights do not fit `arch` {arch} (missing {missing[:3]}, unexpected {unexpected[:3]}); check `arch`"
+            f"{source}: weights do not fit `arch` {arch} (missing {missing[:3]}, unexpected {unexpected[:3]})", fix="check `arch`", param="arch"
         )
     return Teacher(_torch_forward(module, opts.device, channels_last=True), spec, kind, source,
                    f"{arch} from {Path(source).name if not source.startswith('builtin:') else source} ({kind})", sha, arch, _num_params(module), module,
@@ -637,12 +637,12 @@ def _recognised_arch(state: dict, source: str) -> str:
     if len(found) == 1:
         return f"timm:{found[0]}"
     if found:
-        raise DpconvertError(f"{source} holds weights only and fits several timm architectures; choose one: "
-                             + " or ".join(f"`arch` timm:{n}" for n in found))
+        raise DpconvertError(f"{source} holds weights only and fits several timm architectures",
+                             fix="choose one: " + " or ".join(f"`arch` timm:{n}" for n in found), param="arch")
     close = close_families(state)
     hint = f" (did you mean `arch` timm:{close[0]}?)" if close else ""
-    raise DpconvertError(f"{source} holds weights only and no common timm architecture has exactly its keys and shapes{hint}; name it "
-                         f"with `arch` timm:NAME or `arch` one of: {', '.join(STUDENTS.names())}")
+    raise DpconvertError(f"{source} holds weights only and no common timm architecture has exactly its keys and shapes{hint}",
+                         fix=f"name it with `arch` timm:NAME or `arch` one of: {', '.join(STUDENTS.names())}", param="arch")
 
 
 def _timm_base(name: str, state: dict) -> tuple[Optional[InputSpec], bool]:
@@ -687,8 +687,8 @@ def load_teacher(source: str, options: Optional[LoadOptions] = None, *, check: b
             return check_teacher(teacher) if check else teacher
     p = Path(source)
     if not p.exists():
-        raise DpconvertError(f"{source}: no such file; give a teacher file, timm:NAME or builtin:digits")
+        raise DpconvertError(f"{source}: no such file", fix="give a teacher file, timm:NAME or builtin:digits")
     raise DpconvertError(
-        f"{source}: unknown teacher format {p.suffix or '(no suffix)'!r}; dpconvert reads .pt/.pth (state_dict, TorchScript), "
-        ".pt2 (torch.export), .safetensors, .onnx, timm:NAME and builtin:NAME"
+        f"{source}: unknown teacher format {p.suffix or '(no suffix)'!r}", fix="give a .pt/.pth (state_dict, TorchScript), "
+        ".pt2 (torch.export), .safetensors or .onnx file, timm:NAME or builtin:NAME"
     )

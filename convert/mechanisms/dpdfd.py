@@ -134,8 +134,8 @@ class Dpdfd:
             more, more_src = self.queries.with_sources(n - len(x), pool)
             x, src = torch.cat([x, more]), torch.cat([src, more_src])
         raise DpconvertError(
-            f"the query source gave only {distinct} distinct inputs not answered before for a release of {n}: lower "
-            f"`batch_size` or `releases`, or give more `public_data` images")
+            f"the query source gave only {distinct} distinct inputs not answered before for a release of {n}",
+            fix="lower `batch_size` or `releases`, or give more `public_data` images", param="batch_size")
 
     @torch.no_grad()
     def distinct_prior_draws(self, n: int, max_rounds: int = 20) -> torch.Tensor:
@@ -155,8 +155,8 @@ class Dpdfd:
                 return z[:n]
             if round_ + 1 < max_rounds:
                 z = torch.cat([z, self.queries.source_z(n - len(z))])
-        raise DpconvertError(f"the query source gave only {distinct} distinct inputs not answered before for a release of {n}: "
-                             "lower `batch_size` or `releases`, or give more `public_data` images")
+        raise DpconvertError(f"the query source gave only {distinct} distinct inputs not answered before for a release of {n}",
+                             fix="lower `batch_size` or `releases`, or give more `public_data` images", param="batch_size")
 
     @torch.no_grad()
     def distinct_prior_queries(self, n: int) -> torch.Tensor:

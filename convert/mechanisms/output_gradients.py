@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from dpconvert.registry import Registry
 
 # L_T: closed-form per-sample gradient ∂L_T/∂s (Algorithm 1's L_T), by name.
-DISTILL_LOSSES: Registry[Callable] = Registry("distillation loss")
+DISTILL_LOSSES: Registry[Callable] = Registry("distillation loss", param="distill_loss")
 
 
 @DISTILL_LOSSES.register("ce")

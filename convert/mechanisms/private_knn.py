@@ -28,10 +28,10 @@ def resolve_knn(name: str, n: int) -> str:
     from dpconvert.errors import DpconvertError
 
     if name not in ("auto", "exact", "faiss"):
-        raise DpconvertError(f"`knn` must be auto, exact or faiss, got {name!r}")
+        raise DpconvertError(fix=f"`knn` must be auto, exact or faiss, got {name!r}", param="knn")
     have_faiss = _faiss_available()
     if name == "faiss" and not have_faiss:
-        raise DpconvertError("`knn` faiss needs the optional extra: pip install 'dpconvert[faiss]' (or faiss-cpu)")
+        raise DpconvertError("`knn` faiss needs the optional extra", fix="pip install 'dpconvert[faiss]' (or faiss-cpu)", param="knn")
     if name == "auto":
         return "faiss" if n >= FAISS_MIN_RECORDS and have_faiss else "exact"
     return name

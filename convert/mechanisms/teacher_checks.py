@@ -39,17 +39,17 @@ def check_teacher(teacher, probe: torch.Tensor, call: torch.Tensor | None = None
         mixed = teacher(other).float()[:h]
         alone = teacher(x[:1]).float()
     except Exception as e:  # noqa: BLE001 - a teacher is user code; report it in one line
-        raise DpconvertError(f"the teacher failed on a probe batch ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
-                             "export it in eval mode for inputs of its `input_size`") from None
+        raise DpconvertError(f"the teacher failed on a probe batch ({type(e).__name__}: {str(e).splitlines()[0][:160]})",
+                             fix="export it in eval mode for inputs of its `input_size`", param="input_size") from None
     if not torch.isfinite(full).all():
-        raise DpconvertError("the teacher returns non-finite outputs (inf/NaN) on probe inputs; fix or re-export it "
-                             "(dpconvert never releases a non-finite answer)")
+        raise DpconvertError("the teacher returns non-finite outputs (inf/NaN) on probe inputs",
+                             fix="fix or re-export it (dpconvert never releases a non-finite answer)")
     scale = 1.0 + float(full.abs().max())
     drift = max(float((full[:h] - mixed).abs().max()), float((full[:1] - alone).abs().max()))
     if drift > REL_TOL * scale:
         raise DpconvertError(f"the teacher's answer to one input changes with the other inputs of its batch (by {drift:.3g}): it "
-                             "uses batch statistics (e.g. BatchNorm in training mode); export it in eval mode (model.eval() "
-                             "before torch.export / torch.jit / ONNX export)")
+                             "uses batch statistics (e.g. BatchNorm in training mode)",
+                             fix="export it in eval mode (model.eval() before torch.export / torch.jit / ONNX export)")
 
 
 def _check_in_call(teacher, call: torch.Tensor) -> None:
@@ -59,12 +59,12 @@ def _check_in_call(teacher, call: torch.Tensor) -> None:
         inside = teacher(call).float()[picks]
         alone = torch.cat([teacher(call[i:i + 1]).float() for i in picks])
     except Exception as e:  # noqa: BLE001 - a teacher is user code; report it in one line
-        raise DpconvertError(f"the teacher failed on a batch of {len(call)} inputs ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
-                             "export it in eval mode with a dynamic batch size") from None
+        raise DpconvertError(f"the teacher failed on a batch of {len(call)} inputs ({type(e).__name__}: {str(e).splitlines()[0][:160]})",
+                             fix="export it in eval mode with a dynamic batch size") from None
     if not torch.isfinite(inside).all():
         return  # the probe below names it
     drift = float((inside - alone).abs().max())
     if drift > REL_TOL * (1.0 + float(inside.abs().max())):
         raise DpconvertError(f"the teacher's answer to one input changes when {len(call)} inputs are answered together (by {drift:.3g}): it "
-                             "uses batch statistics at the release's batch size; export it in eval mode (model.eval() before "
+                             "uses batch statistics at the release's batch size", fix="export it in eval mode (model.eval() before "
                              "torch.export / torch.jit / ONNX export)")

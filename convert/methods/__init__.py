@@ -9,7 +9,7 @@ Adding a method is adding one module that registers it (and its accountant and c
 
 from __future__ import annotations
 
-from dpconvert.errors import InternalError, OptionError
+from dpconvert.errors import InternalError
 
 from . import adlm, dpdfd, dpsgd, pknn  # noqa: F401  (register the methods)
 from .base import METHODS, NOT_COVERED, Method, MethodOutput
@@ -38,5 +38,5 @@ def choose_method(run) -> tuple[str, str]:
                 return name, reason
         raise InternalError(f"no registered method takes what was given (private data {bool(run.private_data)}); every rule declined")
     if run.method not in METHODS:
-        raise OptionError(METHODS.unknown_message(run.method))
+        raise METHODS.unknown(run.method)
     return run.method, f"chosen by name: {METHODS.get(run.method).summary}"

@@ -30,7 +30,7 @@ from typing import ClassVar
 
 from dpconvert.errors import DpconvertError
 from dpconvert.accounting.plans import AdlmPlan
-from dpconvert.option_fields import option
+from dpconvert.option_fields import check_ranges, option
 
 from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, noise_probe, register
 
@@ -57,11 +57,9 @@ class AdlmOptions:
     minibatch: int = option(2048, help="Rows per forward pass of the fixed features (memory only).", cli=False)
 
     def __post_init__(self) -> None:
-        checks = [(0 < self.relevance_share < 1, "`relevance_share` must be in (0, 1)"), (self.relevance_power >= 0, "`relevance_power` must be >= 0"),
-                  (self.pool >= 1, "`pool` must be >= 1"), (self.minibatch >= 1, "`minibatch` must be >= 1")]
-        for ok, message in checks:
-            if not ok:
-                raise DpconvertError(message)
+        checks = [(0 < self.relevance_share < 1, "relevance_share", "must be in (0, 1)"), (self.relevance_power >= 0, "relevance_power", "must be >= 0"),
+                  (self.pool >= 1, "pool", "must be >= 1"), (self.minibatch >= 1, "minibatch", "must be >= 1")]
+        check_ranges(checks)
 
 
 @register
@@ -73,13 +71,13 @@ class AdaptiveLaplaceMethod(Method):
 
     def check(self, run, opts: AdlmOptions, out=None) -> None:
         if not run.private_data:
-            raise DpconvertError("AdLM trains on the private training data: give `private_data` PATH (labelled)")
+            raise DpconvertError("AdLM trains on the private training data", fix="give `private_data` PATH (labelled)", param="private_data")
         if run.public_data:
-            raise DpconvertError("AdLM learns from the private records' own labels and uses no queries: drop `public_data`")
+            raise DpconvertError("AdLM learns from the private records' own labels and uses no queries", fix="drop `public_data`", param="public_data")
         if run.noise_multiplier is not None:
-            raise DpconvertError("AdLM is pure ε-DP with Laplace noise calibrated to `eps`; drop `noise_multiplier`")
+            raise DpconvertError("AdLM is pure ε-DP with Laplace noise calibrated to `eps`", fix="drop `noise_multiplier`", param="noise_multiplier")
         if run.student not in (None, STUDENT_NAME):
-            raise DpconvertError(f"AdLM trains its own student ({STUDENT_NAME}); drop `student`")
+            raise DpconvertError(f"AdLM trains its own student ({STUDENT_NAME})", fix="drop `student`", param="student")
 
     def plan(self, run, opts: AdlmOptions, spec=None, queries=None) -> AdlmPlan:
         """Two Laplace releases at ε₁ = share·ε and ε₂ = ε − ε₁, scales b = 1/ε₁ and 1/ε₂ (L1 sensitivity 1 each)."""

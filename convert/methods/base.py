@@ -72,7 +72,7 @@ class Method(ABC):
     def check_distributed(self, run, opts) -> None:
         """Refuse a configuration that cannot run across processes, before anything is loaded."""
         if not self.distributed:
-            raise DpconvertError(f"method {self.name} runs in one process only; run it without torchrun")
+            raise DpconvertError(f"method {self.name} runs in one process only", fix="run it without torchrun")
 
     def options(self, values: Optional[dict] = None):
         """The method's options from keyword values (flat names: a nested option such as Private-kNN's `gan_critic`
@@ -86,7 +86,7 @@ class Method(ABC):
             owners = [m for m in METHODS if unknown[0] in option_names(METHODS.get(m).Options)]
             fix = f"choose `method` {owners[0]}" if owners else f"use one of its options: {', '.join('`' + k + '`' for k in sorted(known))}"
             owned = f" (it is an option of {' and '.join(owners)})" if owners else ""
-            raise OptionError(f"`{unknown[0]}` is not an option of method {self.name!r}{owned}; {fix}", fix=fix)
+            raise OptionError(f"`{unknown[0]}` is not an option of method {self.name!r}{owned}", fix=fix, param=unknown[0])
         return from_flat(self.Options, values)[0]
 
     def check(self, run, opts, out=None) -> None:
@@ -111,7 +111,7 @@ class Method(ABC):
         from dpconvert.accounting.planning import check_delta
 
         if answered is not None:
-            raise OptionError(f"`answered` is for methods that screen their queries; method {self.name} answers every query: drop `answered`")
+            raise OptionError(f"`answered` is for methods that screen their queries; method {self.name} answers every query", fix="drop `answered`", param="answered")
         if n is not None:
             check_delta(plan.delta, n)
         return plan
@@ -122,7 +122,7 @@ class Method(ABC):
         ``ctx``: the ``RunContext`` the pipeline built (options, noise stream, seed streams, world, private records)."""
 
 
-METHODS: Registry[Method] = Registry("method")
+METHODS: Registry[Method] = Registry("method", param="method")
 
 
 def register(cls):

@@ -43,7 +43,7 @@ def check_release_memory(batch_size: int, spec) -> None:
     if need > memory / 2:
         fit = max(1, int(memory / 2 / (4 * numbers / batch_size)))
         raise DpconvertError(f"`batch_size` {batch_size:,}: one release holds ≈ {need / 2**30:,.0f} GiB of queries and rows, more than half "
-                             f"this machine's memory ({memory / 2**30:.0f} GiB); give `batch_size` {fit:,} or less (ε does not depend on it)")
+                             f"this machine's memory ({memory / 2**30:.0f} GiB)", fix=f"give `batch_size` {fit:,} or less (ε does not depend on it)", param="batch_size")
 
 
 @register
@@ -75,7 +75,7 @@ class Dpdfd(Method):
     def check_distributed(self, run, opts: DpdfdOptions) -> None:
         super().check_distributed(run, opts)
         if opts.generator == GAN_QUERIES:
-            raise DpconvertError("`generator` dpgan trains its GAN in one process only: run it without torchrun")
+            raise DpconvertError("`generator` dpgan trains its GAN in one process only", fix="run it without torchrun", param="generator")
 
     def describe_choice(self, opts: DpdfdOptions, reason: str) -> str:
         if opts.disjoint_partitions:  # the teachers' statement makes DPDFD's bound record-level
@@ -94,18 +94,18 @@ class Dpdfd(Method):
         if opts.generator == GAN_QUERIES:
             self._check_gan_queries(run, opts)
         elif run.private_data:
-            raise DpconvertError("DPDFD reads no private data: drop `private_data`, add `generator` dpgan (queries from a GAN with a DP "
-                                 "critic trained on it), or choose a record-level `method` (dpsgd, pknn)")
+            raise DpconvertError("DPDFD reads no private data", fix="drop `private_data`, add `generator` dpgan (queries from a GAN with a DP "
+                                 "critic trained on it), or choose a record-level `method` (dpsgd, pknn)", param="private_data")
         if run.public_data and opts.prior:
-            raise DpconvertError("`prior` picks the data-free query prior and `public_data` replaces it: drop one of them")
+            raise DpconvertError("`prior` picks the data-free query prior and `public_data` replaces it", fix="drop one of them", param="prior")
         if opts.public_targets == "per-image" and not (run.public_data or opts.prior_images):
-            raise DpconvertError(f"`public_targets` {opts.public_targets} averages the answers about each image: it needs `public_data` "
-                                 "or `prior_images` N")
+            raise DpconvertError(fix=f"`public_targets` {opts.public_targets} averages the answers about each image: it needs `public_data` "
+                                 "or `prior_images` N", param="public_targets")
         if opts.prior_images and opts.generator != GAN_QUERIES and (opts.generator or opts.public_targets == "rows"):
-            raise DpconvertError("`prior_images` averages the targets of fixed prior images: drop `generator` and `public_targets` rows, "
-                                 "or `prior_images`")
+            raise DpconvertError("`prior_images` averages the targets of fixed prior images", fix="drop `generator` and `public_targets` rows, "
+                                 "or `prior_images`", param="prior_images")
         if opts.public_targets == "per-image" and opts.generator and opts.generator != GAN_QUERIES:
-            raise DpconvertError(f"`public_targets` {opts.public_targets} and `generator` are alternatives: drop one of them")
+            raise DpconvertError(f"`public_targets` {opts.public_targets} and `generator` are alternatives", fix="drop one of them", param="public_targets")
         if opts.prior:
             check_prior_name(opts.prior)
         if opts.save_generator:
@@ -114,12 +114,12 @@ class Dpdfd(Method):
     def _check_gan_queries(self, run, opts: DpdfdOptions) -> None:
         """`generator` dpgan: private records to train the GAN on, and nothing that would replace its samples."""
         if not run.private_data:
-            raise DpconvertError("`generator` dpgan trains a GAN with a DP critic on `private_data`: give the private data")
+            raise DpconvertError("`generator` dpgan trains a GAN with a DP critic on `private_data`", fix="give the private data", param="generator")
         clashes = [(run.public_data, "`public_data`"), (opts.prior, "`prior`"), (opts.public_targets == "rows", "`public_targets` rows"),
                    (opts.disjoint_partitions, "`disjoint_partitions`"), (opts.accounting != "per-answer", "`accounting` composed")]
         for given, name in clashes:
             if given:
-                raise DpconvertError(f"`generator` dpgan makes the queries from the DP-critic GAN: drop {name}")
+                raise DpconvertError("`generator` dpgan makes the queries from the DP-critic GAN", fix=f"drop {name}", param="generator")
 
     def plan(self, run, opts: DpdfdOptions, spec, queries: Optional[int] = None) -> DpdfdPlan:
         from dpconvert.accounting.planning import plan_dpdfd
@@ -172,8 +172,8 @@ class Dpdfd(Method):
         teachers = len(getattr(teacher, "members", None) or [teacher])
         if opts.disjoint_partitions is not None and opts.disjoint_partitions != teachers:
             raise DpconvertError(f"`disjoint_partitions` says {opts.disjoint_partitions} teachers on disjoint partitions but {teachers} "
-                                 f"{'was' if teachers == 1 else 'were'} given; give all {opts.disjoint_partitions} teacher files (or their folder)"
-                                 + (f", or set `disjoint_partitions` {teachers}" if teachers > 1 else ""))
+                                 f"{'was' if teachers == 1 else 'were'} given", fix=f"give all {opts.disjoint_partitions} teacher files (or their folder)"
+                                 + (f", or set `disjoint_partitions` {teachers}" if teachers > 1 else ""), param="disjoint_partitions")
         spec = teacher.spec
         plan = self.plan(run, opts, spec)
         run = dataclasses.replace(run, delta=plan.delta)  # the δ the plan resolved is the one every bound uses
@@ -287,7 +287,7 @@ class Dpdfd(Method):
 
             public = load_data(run.public_data, spec, **run.data_format())
             if len(public) == 0:
-                raise DpconvertError(f"{run.public_data}: the public set is empty; give public images or drop `public_data`")
+                raise DpconvertError(f"{run.public_data}: the public set is empty", fix="give public images or drop `public_data`", param="public_data")
             extra = opts.prior_images or 0  # a mixture with fixed prior images (given explicitly: public data turns the default off)
             if public_targets(run, opts, spec) == "per-image":  # every view shows one image, so its rows can be averaged
                 images = public.x if not extra else torch.cat([public.x, draw_prior_images(run, opts, spec, extra)])
@@ -331,8 +331,8 @@ class Dpdfd(Method):
                         minibatch=default_minibatch(teacher_spec), student_data=PUBLIC_TARGETS[public_targets(run, opts, teacher_spec)],
                         amp=DEVICE_DEFAULTS[device_kind(run.device)].amp if opts.amp is None else (None if opts.amp == "off" else opts.amp))
         if opts.new_sources_per_release and settings["student_data"] != "sources":  # before any release
-            raise DpconvertError("`new_sources_per_release` picks the images of per-image targets: give `public_data` or `prior_images`, "
-                                 "or drop it")
+            raise DpconvertError("`new_sources_per_release` picks the images of per-image targets",
+                                 fix="give `public_data` or `prior_images`, or drop it", param="new_sources_per_release")
         if settings["student_data"] == "sources" and not run.public_data and opts.generator != GAN_QUERIES:
             settings["denoise"] = DATA_FREE_DENOISE
         if settings["student_data"] == "sources" and opts.epochs:  # per-image targets: epochs over the queried images

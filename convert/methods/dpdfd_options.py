@@ -102,32 +102,32 @@ class DpdfdOptions:
         if isinstance(self.gan, dict):  # rebuilt from ``dataclasses.asdict`` (Private-kNN's in-run generator options)
             self.gan = GanOptions(**self.gan)
         if self.releases < 1:
-            raise DpconvertError("`releases` must be >= 1")
+            raise DpconvertError(fix="`releases` must be >= 1", param="releases")
         if self.batch_size is not None and self.batch_size < 1:
-            raise DpconvertError("`batch_size` must be >= 1")
+            raise DpconvertError(fix="`batch_size` must be >= 1", param="batch_size")
         if not self.clip > 0:
-            raise DpconvertError("`clip` must be > 0")
+            raise DpconvertError(fix="`clip` must be > 0", param="clip")
         if self.epochs is not None and self.epochs < 1:
-            raise DpconvertError("`epochs` must be >= 1")
+            raise DpconvertError(fix="`epochs` must be >= 1", param="epochs")
         if self.prior_pool < 1:
-            raise DpconvertError("`prior_pool` must be >= 1")
+            raise DpconvertError(fix="`prior_pool` must be >= 1", param="prior_pool")
         if self.prior_images is not None and self.prior_images < 0:
-            raise DpconvertError("`prior_images` must be >= 0")
+            raise DpconvertError(fix="`prior_images` must be >= 0", param="prior_images")
         if self.student_lr is not None and not self.student_lr > 0:
-            raise DpconvertError("`student_lr` must be > 0")
+            raise DpconvertError(fix="`student_lr` must be > 0", param="student_lr")
         if self.new_sources_per_release < 0:
-            raise DpconvertError("`new_sources_per_release` must be >= 0")
+            raise DpconvertError(fix="`new_sources_per_release` must be >= 0", param="new_sources_per_release")
         if self.disjoint_partitions is not None and self.disjoint_partitions < 2:
-            raise DpconvertError("`disjoint_partitions` N must be >= 2 (one teacher per partition); drop it for one teacher")
+            raise DpconvertError("`disjoint_partitions` N must be >= 2 (one teacher per partition)", fix="drop it for one teacher", param="disjoint_partitions")
         if self.disjoint_partitions is not None and self.accounting != "per-answer":
-            raise DpconvertError("`disjoint_partitions` uses per-answer accounting for its query-level bound: drop `accounting` composed")
+            raise DpconvertError("`disjoint_partitions` uses per-answer accounting for its query-level bound", fix="drop `accounting` composed", param="accounting")
         if self.generator_eps is not None and not (self.generator_eps > 0 and math.isfinite(self.generator_eps)):
-            raise DpconvertError("`generator_eps` must be a finite number > 0")
+            raise DpconvertError(fix="`generator_eps` must be a finite number > 0", param="generator_eps")
         if self.generator != GAN_QUERIES:
             if self.generator_eps is not None:
-                raise DpconvertError("`generator_eps` is the DP-critic GAN's ε: use it with `generator` dpgan")
+                raise DpconvertError("`generator_eps` is the DP-critic GAN's ε", fix="use it with `generator` dpgan", param="generator_eps")
             if changed_options(self.gan):
-                raise DpconvertError(f"`gan_{changed_options(self.gan)[0]}` configures the DP-critic GAN: use it with `generator` dpgan")
+                raise DpconvertError(f"`gan_{changed_options(self.gan)[0]}` configures the DP-critic GAN", fix="use it with `generator` dpgan", param="generator")
         check_choices(self)
 
 
@@ -246,7 +246,7 @@ def check_prior_name(name: str) -> str:
     from dpconvert.generators import PRIORS
 
     if name not in PRIORS:
-        raise OptionError(f"unknown `prior` {name!r}; choose one of: {', '.join(PRIORS)}")
+        raise OptionError(f"unknown `prior` {name!r}", fix=f"choose one of: {', '.join(PRIORS)}", param="prior")
     return name
 
 
@@ -255,12 +255,12 @@ def check_generator_path(path: str, out: Optional[Path], has_generator: bool, fo
 
     p = Path(path)
     if not has_generator:
-        raise DpconvertError("`save_generator` needs a learned generator: add `generator` dafl (the default prior is data-independent; "
-                             "Private-kNN can use it directly with `query_generator` prior)")
+        raise DpconvertError("`save_generator` needs a learned generator", fix="add `generator` dafl (the default prior is data-independent; "
+                             "Private-kNN can use it directly with `query_generator` prior)", param="save_generator")
     if p.suffix != ".safetensors":
-        raise DpconvertError(f"`save_generator` must end in .safetensors, got {p.name!r}")
+        raise DpconvertError(fix=f"`save_generator` must end in .safetensors, got {p.name!r}", param="save_generator")
     if out is not None and p.resolve() == Path(out).resolve():
-        raise DpconvertError("`save_generator` and the output model must be different files")
+        raise DpconvertError(fix="`save_generator` and the output model must be different files", param="save_generator")
     check_output(p, param="save_generator", force=force)
 
 

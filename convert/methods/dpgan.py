@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, ClassVar, Optional
 
-from dpconvert.option_fields import option
+from dpconvert.option_fields import check_choices, check_ranges, option
 
 from dpconvert.registry import Registry
 from dpconvert.seeds import seed_of, stream
@@ -48,17 +48,12 @@ class GanOptions:
 
     def __post_init__(self) -> None:
         """The one place the GAN's options are checked (Private-kNN's `gan_*` and `dpconvert synth` both build these)."""
-        from dpconvert.errors import DpconvertError
-        from dpconvert.option_fields import check_choices
-
         check_choices(self, "gan_")
-        checks = [(self.steps >= 1, "`gan_steps` must be >= 1"), (0 < self.sampling_rate < 1, "`gan_sampling_rate` must be in (0, 1)"),
-                  (self.clip > 0, "`gan_clip` must be > 0"), (self.fake_batch >= 1, "`gan_fake_batch` must be >= 1"),
-                  (self.lr is None or self.lr > 0, "`gan_lr` must be > 0"), (self.features >= 1, "`gan_features` must be >= 1"),
-                  (self.length_scale > 0, "`gan_length_scale` must be > 0"), (self.generator_steps >= 1, "`gan_generator_steps` must be >= 1")]
-        for ok, message in checks:
-            if not ok:
-                raise DpconvertError(message)
+        checks = [(self.steps >= 1, "gan_steps", "must be >= 1"), (0 < self.sampling_rate < 1, "gan_sampling_rate", "must be in (0, 1)"),
+                  (self.clip > 0, "gan_clip", "must be > 0"), (self.fake_batch >= 1, "gan_fake_batch", "must be >= 1"),
+                  (self.lr is None or self.lr > 0, "gan_lr", "must be > 0"), (self.features >= 1, "gan_features", "must be >= 1"),
+                  (self.length_scale > 0, "gan_length_scale", "must be > 0"), (self.generator_steps >= 1, "gan_generator_steps", "must be >= 1")]
+        check_ranges(checks)
 
 
 @dataclass
@@ -81,7 +76,7 @@ class Critic:
     planned: Callable[[GanOptions], dict]  # the (clip, sampling_rate, count) of the events one training records
 
 
-CRITICS: Registry[Critic] = Registry("GAN critic")
+CRITICS: Registry[Critic] = Registry("GAN critic", param="critic")
 
 
 def _dpsgd_build(opts, spec, generator, sigma, accountant, noise, train_rng, seed):

@@ -19,7 +19,7 @@ from typing import ClassVar, Optional
 
 from dpconvert.errors import DpconvertError
 from dpconvert.accounting.plans import DpsgdPlan
-from dpconvert.option_fields import option
+from dpconvert.option_fields import check_ranges, option
 
 from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, noise_probe, register
 
@@ -51,14 +51,12 @@ class DpsgdOptions:
 
     def __post_init__(self) -> None:
         checks = [
-            (self.epochs >= 1, "`epochs` must be >= 1"), (0 < self.sampling_rate < 1, "`sampling_rate` (q) must be in (0, 1)"),
-            (self.clip > 0, "`clip` must be > 0"), (self.lr > 0, "`lr` must be > 0"), (0 <= self.momentum < 1, "`momentum` must be in [0, 1)"),
-            (self.sigma is None or self.sigma > 0, "`sigma` must be > 0"), (self.count_sigma > 0, "`count_sigma` must be > 0"),
-            (self.minibatch >= 1, "`minibatch` must be >= 1"),
+            (self.epochs >= 1, "epochs", "must be >= 1"), (0 < self.sampling_rate < 1, "sampling_rate", "(q) must be in (0, 1)"),
+            (self.clip > 0, "clip", "must be > 0"), (self.lr > 0, "lr", "must be > 0"), (0 <= self.momentum < 1, "momentum", "must be in [0, 1)"),
+            (self.sigma is None or self.sigma > 0, "sigma", "must be > 0"), (self.count_sigma > 0, "count_sigma", "must be > 0"),
+            (self.minibatch >= 1, "minibatch", "must be >= 1"),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise DpconvertError(message)
+        check_ranges(checks)
 
     @property
     def steps(self) -> int:
@@ -100,12 +98,12 @@ class DpSgdMethod(Method):
 
     def check(self, run, opts: DpsgdOptions, out=None) -> None:
         if not run.private_data:
-            raise DpconvertError("DP-SGD trains on the private training data: give `private_data` PATH (labelled)")
+            raise DpconvertError("DP-SGD trains on the private training data", fix="give `private_data` PATH (labelled)", param="private_data")
         if run.public_data and run.method != "auto":  # auto says in its reason that the public queries go unused
-            raise DpconvertError("DP-SGD learns from the private records' own labels and uses no queries: drop `public_data` "
-                                 "(or use `method` pknn, which labels public queries)")
+            raise DpconvertError("DP-SGD learns from the private records' own labels and uses no queries",
+                                 fix="drop `public_data` (or use `method` pknn, which labels public queries)", param="public_data")
         if run.noise_multiplier is not None and opts.sigma is not None:
-            raise DpconvertError("`noise_multiplier` and `sigma` both set DP-SGD's noise multiplier; give one")
+            raise DpconvertError("`noise_multiplier` and `sigma` both set DP-SGD's noise multiplier", fix="give one", param="noise_multiplier")
 
     def plan(self, run, opts: DpsgdOptions, spec=None, queries: Optional[int] = None) -> DpsgdPlan:
         from dpconvert.accounting.planning import plan_dpsgd
@@ -114,7 +112,7 @@ class DpSgdMethod(Method):
         plan = plan_dpsgd(eps=run.eps, delta=run.delta, sampling_rate=opts.sampling_rate, steps=opts.steps, clip=opts.clip,
                           sigma=sigma, count_sigma=opts.count_sigma)
         if opts.sigma is not None and plan.epsilon > run.eps * (1 + 1e-9):
-            raise DpconvertError(f"`sigma` {opts.sigma} gives ε={plan.epsilon:.3f} > `eps` {run.eps:g}; raise `sigma` or lower `epochs`")
+            raise DpconvertError(f"`sigma` {opts.sigma} gives ε={plan.epsilon:.3f} > `eps` {run.eps:g}", fix="raise `sigma` or lower `epochs`", param="sigma")
         return plan
 
     def run(self, ctx, opts: DpsgdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:

@@ -48,12 +48,12 @@ class PrivateKnn(Method):
 
     def check_distributed(self, run, opts: PknnOptions) -> None:
         if QUERY_SOURCES.get(source_name(run, opts)).eps_share:
-            raise DpconvertError(f"`query_generator` {opts.query_generator} trains in one process only; train it once without torchrun "
-                                 "(save it with `save_generator`) and pass the FILE")
+            raise DpconvertError(f"`query_generator` {opts.query_generator} trains in one process only",
+                                 fix="train it once without torchrun (save it with `save_generator`) and pass the FILE", param="query_generator")
         if opts.knn == "faiss":
-            raise DpconvertError("`knn` faiss runs in one process only: use `knn` exact under torchrun (its search is sharded)")
+            raise DpconvertError("`knn` faiss runs in one process only", fix="use `knn` exact under torchrun (its search is sharded)", param="knn")
         if opts.canaries:
-            raise DpconvertError("`canaries` runs in one process only; run the canary audit without torchrun")
+            raise DpconvertError("`canaries` runs in one process only", fix="run the canary audit without torchrun", param="canaries")
 
     def options(self, values=None):
         """Options of the in-run generator's DPDFD (`releases`, `batch_size`, `generator`, `prior`, …) go to ``generator_run``."""
@@ -70,32 +70,32 @@ class PrivateKnn(Method):
         """The query flags, before the private data (or minutes of DPDFD) are touched."""
         g = opts.generator_run
         if not run.private_data:
-            raise DpconvertError("Private-kNN needs the private training data: give `private_data` PATH (labelled)")
+            raise DpconvertError("Private-kNN needs the private training data", fix="give `private_data` PATH (labelled)", param="private_data")
         if run.noise_multiplier is not None:
-            raise DpconvertError("`noise_multiplier` is DPDFD's σ: give `eps` (Private-kNN calibrates σ2 to it) or `sigma2`")
+            raise DpconvertError("`noise_multiplier` is DPDFD's σ", fix="give `eps` (Private-kNN calibrates σ2 to it) or `sigma2`", param="noise_multiplier")
         if run.public_data and opts.query_generator:
-            raise DpconvertError("give one query source: `public_data` PATH or `query_generator` (FILE, prior or train), not both")
+            raise DpconvertError(fix="give one query source: `public_data` PATH or `query_generator` (FILE, prior or train), not both", param="public_data")
         source = source_name(run, opts)
         takes = QUERY_SOURCES.get(source).configured_by
         if g.prior and "prior" not in takes:
-            raise DpconvertError("`prior` picks the data-free query prior: use it with `query_generator` prior or train (Private-kNN)")
+            raise DpconvertError("`prior` picks the data-free query prior", fix="use it with `query_generator` prior or train (Private-kNN)", param="prior")
         if g.prior:
             from .dpdfd import check_prior_name
 
             check_prior_name(g.prior)
         changed = [k for k in changed_options(g) if k not in ("prior", "save_generator")]
         if changed and "generator_run" not in takes:
-            raise DpconvertError(f"`{changed[0]}` is DPDFD's (with Private-kNN it configures the generator trained in the run): add `query_generator` train or drop it")
+            raise DpconvertError(f"`{changed[0]}` is DPDFD's (with Private-kNN it configures the generator trained in the run)", fix="add `query_generator` train or drop it", param="query_generator")
         if opts.generator_eps is not None and not QUERY_SOURCES.get(source).eps_share:
-            raise DpconvertError("`generator_eps` is the in-run generator's share of `eps`; use it with `query_generator` train or dpgan")
+            raise DpconvertError("`generator_eps` is the in-run generator's share of `eps`", fix="use it with `query_generator` train or dpgan", param="generator_eps")
         gan_changed = changed_options(opts.gan)  # a critic's own options are checked by GanOptions itself
         if gan_changed and "gan" not in takes:
-            raise DpconvertError(f"`gan_{gan_changed[0]}` configures the DP-critic GAN: use it with `query_generator` dpgan")
+            raise DpconvertError(f"`gan_{gan_changed[0]}` configures the DP-critic GAN", fix="use it with `query_generator` dpgan", param="query_generator")
         if QUERY_SOURCES.get(source).eps_share and not 0 < generator_share(run, opts) < run.eps:
-            raise DpconvertError(f"`generator_eps` must be between 0 and `eps` {run.eps:g} (the rest labels the queries), "
-                                 f"got {generator_share(run, opts):g}")
+            raise DpconvertError(fix=f"`generator_eps` must be between 0 and `eps` {run.eps:g} (the rest labels the queries), "
+                                 f"got {generator_share(run, opts):g}", param="generator_eps")
         if g.save_generator and "generator_run" not in takes:
-            raise DpconvertError("with Private-kNN, `save_generator` saves the generator trained in this run: add `query_generator` train")
+            raise DpconvertError("with Private-kNN, `save_generator` saves the generator trained in this run", fix="add `query_generator` train", param="save_generator")
         if g.save_generator:
             check_generator_path(g.save_generator, out, True, run.force)
 
@@ -113,8 +113,8 @@ class PrivateKnn(Method):
             return self._check_sigma2(opts, self.label_plan(opts, spec.num_classes, run.eps, run.delta, total), run.eps)
         if kind.planned_events is not None and opts.sigma2 is None:
             return self._joint_budget(run, opts, self._planned_cost(run, opts, kind), spec.num_classes, total)[1]
-        raise DpconvertError(f"`query_generator` {opts.query_generator}: its cost is known once it has run; convert prints the composed plan "
-                             "before any label is released (or plan the labels alone with `public_data`-sized `queries`)")
+        raise DpconvertError(f"`query_generator` {opts.query_generator}: its cost is known once it has run",
+                             fix="convert prints the composed plan before any label is released (or plan the labels alone with `public_data`-sized `queries`)", param="query_generator")
 
     @staticmethod
     def _planned_cost(run, opts: PknnOptions, kind):
@@ -138,8 +138,8 @@ class PrivateKnn(Method):
     @staticmethod
     def _check_sigma2(opts: PknnOptions, plan: PknnPlan, eps_labels: float) -> PknnPlan:
         if opts.sigma2 is not None and plan.epsilon > eps_labels:
-            raise DpconvertError(f"`sigma2` {opts.sigma2} gives ε={plan.epsilon:.3f} > {eps_labels:.3f} if every query is answered; "
-                                 "raise `sigma2` or ask fewer `queries`")
+            raise DpconvertError(f"`sigma2` {opts.sigma2} gives ε={plan.epsilon:.3f} > {eps_labels:.3f} if every query is answered",
+                                 fix="raise `sigma2` or ask fewer `queries`", param="sigma2")
         return plan
 
     def label_plan(self, opts: PknnOptions, num_classes: int, eps: float, delta: float, queries: int) -> PknnPlan:
@@ -162,7 +162,7 @@ class PrivateKnn(Method):
             source = load_queries(ctx, opts, teacher, on_progress)
         total_q = min(opts.queries or len(source.x), len(source.x))
         if total_q < opts.rounds:
-            raise DpconvertError(f"only {total_q} queries for {opts.rounds} rounds; give more `queries` or fewer `rounds`")
+            raise DpconvertError(f"only {total_q} queries for {opts.rounds} rounds", fix="give more `queries` or fewer `rounds`", param="queries")
         accountant, plan = self._budget(run, opts, source, spec.num_classes, total_q)
         if on_plan:  # the vote bar: the screening of every query, then the argmax of the answered ones
             on_plan(replace(plan, progress=PlanProgress("Private-kNN votes", 2 * plan.queries_asked, "votes")))
@@ -196,8 +196,8 @@ class PrivateKnn(Method):
             accountant = ACCOUNTANTS.get(kind.composed_accountant)(events=events)
             eps_gen = accountant.parts()[0].epsilon(delta=run.delta / 2)
             if eps_gen >= run.eps:
-                raise DpconvertError(f"the query generator alone costs ε={eps_gen:.3f} at δ/2={run.delta / 2:g}; raise `eps` above it "
-                                     "or use `public_data` / `query_generator` prior")
+                raise DpconvertError(f"the query generator alone costs ε={eps_gen:.3f} at δ/2={run.delta / 2:g}",
+                                     fix="raise `eps` above it or use `public_data` / `query_generator` prior", param="eps")
             eps_labels, delta_labels = run.eps - eps_gen, run.delta / 2
         if source.cost is not None and kind.planned_events is not None and opts.sigma2 is None:
             return self._joint_budget(run, opts, accountant, num_classes, total_q)
@@ -232,7 +232,7 @@ class PrivateKnn(Method):
 
         floor = planned(1e6).epsilon(delta=run.delta)
         if floor >= run.eps:
-            raise DpconvertError(f"the query generator and the screening alone cost ε={floor:.3f}; raise `eps`, lower `generator_eps` or raise `sigma1`")
+            raise DpconvertError(f"the query generator and the screening alone cost ε={floor:.3f}", fix="raise `eps`, lower `generator_eps` or raise `sigma1`", param="eps")
         sigma2 = smallest_sigma(lambda s2: planned(s2).epsilon(delta=run.delta), run.eps, rel_tol=1e-3)
         plan = self.label_plan(replace(opts, sigma2=sigma2), num_classes, None, run.delta / 2, total_q)
         gen, _ = accountant.parts()

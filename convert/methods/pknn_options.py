@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from dpconvert.errors import DpconvertError
-from dpconvert.option_fields import check_choices, nested, option, to_flat
+from dpconvert.option_fields import check_choices, check_ranges, nested, option, to_flat
 
 from .dpdfd_options import DpdfdOptions
 from .dpgan import GanOptions
@@ -62,16 +61,14 @@ class PknnOptions:
 
     def __post_init__(self) -> None:
         checks = [
-            (self.k >= 1, "`k` must be >= 1"), (0 < self.sampling_rate <= 1, "`sampling_rate` (γ) must be in (0, 1]"),
-            (self.sigma1 > 0, "`sigma1` must be > 0"), (self.sigma2 is None or self.sigma2 > 0, "`sigma2` must be > 0"),
-            (self.rounds >= 1, "`rounds` must be >= 1"), (self.queries is None or self.queries >= 1, "`queries` must be >= 1"),
-            (self.epochs >= 1, "`epochs` must be >= 1"), (self.label_temperature > 0, "`label_temperature` must be > 0"),
-            (self.canaries == 0 or self.canaries >= 2, "`canaries` needs at least 2 canaries"),
+            (self.k >= 1, "k", "must be >= 1"), (0 < self.sampling_rate <= 1, "sampling_rate", "(γ) must be in (0, 1]"),
+            (self.sigma1 > 0, "sigma1", "must be > 0"), (self.sigma2 is None or self.sigma2 > 0, "sigma2", "must be > 0"),
+            (self.rounds >= 1, "rounds", "must be >= 1"), (self.queries is None or self.queries >= 1, "queries", "must be >= 1"),
+            (self.epochs >= 1, "epochs", "must be >= 1"), (self.label_temperature > 0, "label_temperature", "must be > 0"),
+            (self.canaries == 0 or self.canaries >= 2, "canaries", "needs at least 2 canaries"),
         ]
         check_choices(self)
-        for ok, message in checks:
-            if not ok:
-                raise DpconvertError(message)
+        check_ranges(checks)
 
     @property
     def threshold_value(self) -> float:

@@ -51,7 +51,7 @@ class QuerySourceKind:
     planned_events: Optional[Callable] = None
 
 
-QUERY_SOURCES: Registry[QuerySourceKind] = Registry("query source")
+QUERY_SOURCES: Registry[QuerySourceKind] = Registry("query source", param="query_generator")
 
 
 def register_source(name: str, **declared):
@@ -68,8 +68,8 @@ def source_name(run, opts) -> str:
         return chosen_by("public_data")
     if not opts.query_generator:
         named = ", ".join(name for name, kind in QUERY_SOURCES.items() if kind.chosen_by == "name")
-        raise DpconvertError("Private-kNN needs queries: give `public_data` PATH (unlabelled public images), or `query_generator` "
-                             f"FILE (saved with `save_generator`) or one of: {named}")
+        raise DpconvertError("Private-kNN needs queries", fix="give `public_data` PATH (unlabelled public images), or `query_generator` "
+                             f"FILE (saved with `save_generator`) or one of: {named}", param="public_data")
     kind = QUERY_SOURCES.get(opts.query_generator) if opts.query_generator in QUERY_SOURCES else None
     return opts.query_generator if kind is not None and kind.chosen_by == "name" else chosen_by("file")
 
@@ -97,7 +97,7 @@ def _public(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
 
     public = load_data(run.public_data, teacher.spec, **run.data_format())
     if len(public) == 0:
-        raise DpconvertError(f"{run.public_data}: the public set is empty; give public images to label")
+        raise DpconvertError(f"{run.public_data}: the public set is empty", fix="give public images to label")
     return QuerySource(public.x, f"public images {run.public_data} ({len(public)}, unlabelled)", "the public query set itself (assumed public)")
 
 
@@ -121,13 +121,13 @@ def _saved(ctx, opts, teacher, n, rng, on_progress) -> QuerySource:
     saved = load_saved_generator(path)
     if (saved.spec.shape, saved.spec.num_classes) != (spec.shape, spec.num_classes):
         raise DpconvertError(f"{path}: the generator makes {saved.spec.shape} inputs for {saved.spec.num_classes} classes, "
-                             f"the teacher takes {spec.shape} and {spec.num_classes}; save a generator for this teacher")
+                             f"the teacher takes {spec.shape} and {spec.num_classes}", fix="save a generator for this teacher")
     if not saved.cost.mechanism:
-        raise DpconvertError(f"{path}: saved by an older dpconvert without its mechanism facts; save it again with `save_generator`")
+        raise DpconvertError(f"{path}: saved by an older dpconvert without its mechanism facts", fix="save it again with `save_generator`", param="save_generator")
     if saved.cost.teacher_sha256 != teacher.sha256 or teacher.sha256 is None:
         raise DpconvertError(f"{path}: the generator was trained against another teacher (sha256 "
                              f"{str(saved.cost.teacher_sha256)[:12]}…, this one {str(teacher.sha256)[:12]}…) or the teacher has no file hash; "
-                             "its cost only covers that teacher's answers: save a generator trained with this teacher")
+                             "its cost only covers that teacher's answers", fix="save a generator trained with this teacher")
     info = {"file": Path(path).name, "file_sha256": file_sha256(path), "architecture": saved.name,
             "teacher_sha256": saved.cost.teacher_sha256, "dpdfd_epsilon_at_its_delta": saved.cost.card_epsilon,
             "its_delta": saved.cost.card_delta, "samples": n, "dpdfd": dict(saved.cost.mechanism)}
