@@ -56,5 +56,6 @@ class Registry(Generic[T]):
         """The error for a name not registered: the closest name, then every name (``otherwise``: a further way out;
         ``param``: the parameter to change where it is not the registry's own)."""
         close = difflib.get_close_matches(name, self.names(), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        return OptionError(f"unknown {self.kind} {name!r}", fix=f"{hint}choose one of: {', '.join(self.names())}{otherwise}", param=param or self.param)
+        choose = f"choose one of: {', '.join(self.names())}{otherwise}"
+        fix = f"did you mean {close[0]!r}? Otherwise {choose}" if close else choose
+        return OptionError(f"unknown {self.kind} {name!r}", fix=fix, param=param or self.param)

@@ -36,8 +36,8 @@ def create_timm(name: str, spec: InputSpec, *, pretrained: bool) -> nn.Module:
         import difflib
 
         close = difflib.get_close_matches(base, timm.list_models(), n=1)
-        hint = f"did you mean 'timm:{close[0]}'? " if close else ""
-        raise OptionError(f"unknown timm model {name!r}", fix=f"{hint}see timm.list_models() for names")
+        hint = f"did you mean 'timm:{close[0]}'? Otherwise see" if close else "see"
+        raise OptionError(f"unknown timm model {name!r}", fix=f"{hint} timm.list_models() for names")
     kwargs = dict(num_classes=spec.num_classes, in_chans=spec.channels)
     try:
         return timm.create_model(name, pretrained=pretrained, **kwargs)
