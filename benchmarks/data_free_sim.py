@@ -12,7 +12,9 @@ a real run: the clean mean is over fewer views (a little extra variance, so the 
 * ``--pool K``: noise pooled across images (post-processing): a first student trained on the denoised targets, each
   target then averaged with its K nearest neighbours in that student's penultimate features, and a second student
   trained on the pooled targets;
-* ``--logit-adjust both``: with and without the logit adjustment.
+* ``--logit-adjust both``: with and without the logit adjustment;
+* ``--import prior_variants``: candidate priors registered by a benchmark module (``--prior framed_fields``), and
+  ``--prior a+b``: a mixture, n/k images from each.
 
     python benchmarks/data_free_sim.py --teacher benchmarks/runs/fmnist_cnn.safetensors \
         --eval-data benchmarks/runs/fmnist_eval_last5k.npz --images 2500,10000 --eps 1,inf --seeds 0,1,2
@@ -21,6 +23,7 @@ a real run: the clean mean is over fewer views (a little extra variance, so the 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import time
@@ -37,7 +40,15 @@ def clean_targets(teacher, prior_name: str, spec, n: int, views: int, seed: int,
     from dpconvert.options import RunOptions
 
     path = cache / f"{Path(teacher.source).stem}_{prior_name}_{n}_{views}_{seed}.pt"
-    source, _ = fixed_prior_images(RunOptions(seed=seed), DpdfdOptions(prior=prior_name), spec, n)  # the product's own images
+    if "+" in prior_name:  # a mixture: n/k images from each of k priors, in blocks (family f holds images f·n/k …)
+        from dpconvert.generators.public_images import PublicImageSource
+        from dpconvert.methods.dpdfd_options import draw_prior_images
+
+        names = prior_name.split("+")
+        source = PublicImageSource(torch.cat([draw_prior_images(RunOptions(seed=seed), DpdfdOptions(prior=name), spec, n // len(names))
+                                              for name in names]), mix_prob=0.0, public=False)
+    else:
+        source, _ = fixed_prior_images(RunOptions(seed=seed), DpdfdOptions(prior=prior_name), spec, n)  # the product's own images
     if path.exists():
         return source, torch.load(path)
     g = torch.Generator().manual_seed(seed + 77)
@@ -119,7 +130,10 @@ def main() -> None:
     p.add_argument("--denoise", default="bayes")
     p.add_argument("--cache", default="/tmp/data_free_sim")
     p.add_argument("--json")
+    p.add_argument("--import", dest="imports", default="", help="modules that register candidate priors (prior_variants)")
     a = p.parse_args()
+    for module in filter(None, a.imports.split(",")):
+        importlib.import_module(module)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     cache = Path(a.cache)
     cache.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,11 @@ data sets. Still no data; a choice of prior made by benchmark
 (the field averaged with its mirror image before the level set): clothes, faces,
 vehicles and most objects photographed head-on are, and a teacher of such classes
 names symmetric shapes more diversely.
+
+``framed_fields`` stretches the mirrored fields to fill more of the frame (the centre 60–100 % of the height and
+75–100 % of the width, resized back): objects as large as the canvas, as in most classification data sets. A
+teacher of Fashion-MNIST names them more diversely (class-histogram entropy 1.70 against 1.56 nats), and the design
+simulation's student gained on three seeds (benchmarks/RESULTS.md, table 15).
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from .registry import GENERATORS
 
 
 class RandomFieldPrior(nn.Module):
-    def __init__(self, spec, nz: int = 0, conditional: bool = False, centred: float = 0.0, mirrored: float = 0.0) -> None:
+    def __init__(self, spec, nz: int = 0, conditional: bool = False, centred: float = 0.0, mirrored: float = 0.0,
+                 framed: bool = False) -> None:
         super().__init__()
         self.spec = spec
         self.num_classes = None
@@ -41,7 +47,8 @@ class RandomFieldPrior(nn.Module):
         self.mirrored = mirrored  # share of samples made left–right symmetric
         # field, then resolution pick, level, sharpness, mode, stroke width (+ ellipse axes and on/off when centred,
         # + symmetric or not when mirrored)
-        self.nz = self.field_dim + 5 + (3 if centred else 0) + (1 if mirrored else 0)
+        self.framed = framed  # stretched to fill more of the frame
+        self.nz = self.field_dim + 5 + (3 if centred else 0) + (1 if mirrored else 0) + (2 if framed else 0)
         self.register_buffer("mean", torch.tensor(spec.mean).view(1, -1, 1, 1))
         self.register_buffer("std", torch.tensor(spec.std).view(1, -1, 1, 1))
 
@@ -59,8 +66,9 @@ class RandomFieldPrior(nn.Module):
             if m.any():
                 out[m] = F.interpolate(fields[m, :, :r, :r], size=size, mode="bicubic", align_corners=False)
         view = (n, 1, 1, 1)
+        extra = self.field_dim + 5 + (3 if self.centred else 0)
         if self.mirrored:  # (f + mirror(f))/√2 keeps the field's variance, so levels and sharpness mean the same
-            symmetric = (torch.special.ndtr(tail[:, -1]) < self.mirrored).view(view)
+            symmetric = (torch.special.ndtr(z[:, extra]) < self.mirrored).view(view)
             out = torch.where(symmetric, (out + out.flip(3)) / 2**0.5, out)
         level = 0.3 * tail[:, 1].view(view)
         sharpness = (4.0 + 8.0 * u[:, 2]).view(view)
@@ -71,7 +79,17 @@ class RandomFieldPrior(nn.Module):
         pixels = torch.where(strokes, stroke, blob)
         if self.centred:
             pixels = pixels * self._ellipse(torch.special.ndtr(tail[:, 5:8]), size)
+        if self.framed:
+            pixels = self._frame(pixels, torch.special.ndtr(z[:, -2:]))
         return (pixels - self.mean) / self.std
+
+    @staticmethod
+    def _frame(pixels: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """The centre (0.75–1 of the width, 0.6–1 of the height) of each image resized to the whole canvas."""
+        theta = torch.zeros(len(pixels), 2, 3, device=pixels.device)
+        theta[:, 0, 0], theta[:, 1, 1] = 0.75 + 0.25 * u[:, 0], 0.6 + 0.4 * u[:, 1]
+        grid = F.affine_grid(theta, list(pixels.shape), align_corners=False)
+        return F.grid_sample(pixels, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
     def _ellipse(self, e: torch.Tensor, size) -> torch.Tensor:
         """A centred soft ellipse (semi-axes 0.35–0.95 of the half-size) where e[:, 2] < centred, else ones."""
@@ -95,3 +113,8 @@ def centred_fields(spec, *, nz: int = 0, conditional: bool = False) -> nn.Module
 @GENERATORS.register("mirrored_fields")
 def mirrored_fields(spec, *, nz: int = 0, conditional: bool = False) -> nn.Module:
     return RandomFieldPrior(spec, centred=1.0, mirrored=0.5)
+
+
+@GENERATORS.register("framed_fields")
+def framed_fields(spec, *, nz: int = 0, conditional: bool = False) -> nn.Module:
+    return RandomFieldPrior(spec, centred=1.0, mirrored=0.5, framed=True)

@@ -15,7 +15,8 @@ def create_generator(name: str, spec, *, nz: int = 100, conditional: bool = True
 
 # Data-independent, parameter-free query priors (DPDFD's data-free query source, `prior`), with how the card names them.
 PRIORS = {"random_fields": "random-field prior", "centred_fields": "centred random-field prior",
-          "mirrored_fields": "centred random-field prior, half of it mirror-symmetric"}  # natural_images.py adds its own
+          "mirrored_fields": "centred random-field prior, half of it mirror-symmetric",
+          "framed_fields": "centred random-field prior, half of it mirror-symmetric, stretched to fill the frame"}  # natural_images.py adds its own
 
 
 def default_prior_name(spec) -> str:

@@ -280,6 +280,18 @@ def test_mirrored_prior_makes_half_of_the_centred_samples_symmetric():
     assert not (centred(z[:, : centred.nz]) - centred(z[:, : centred.nz]).flip(3)).flatten(1).abs().amax(1).lt(1e-5).any()
 
 
+def test_framed_prior_stretches_the_mirrored_samples_from_the_centre():
+    """framed_fields: the mirrored prior's samples with two more latents that pick how much of the centre fills the
+    canvas; the centre pixel stays where it was, and a stretched sample covers more of the frame."""
+    spec = InputSpec(1, 28, 28, 10)
+    mirrored, framed = create_generator("mirrored_fields", spec), create_generator("framed_fields", spec)
+    z = torch.randn(400, framed.nz, generator=torch.Generator().manual_seed(0))
+    before, after = (g(z[:, : g.nz]) * g.std + g.mean for g in (mirrored, framed))
+    assert framed.nz == mirrored.nz + 2
+    assert torch.allclose(after[..., 13:15, 13:15].mean((2, 3)), before[..., 13:15, 13:15].mean((2, 3)), atol=0.05)
+    assert (after > 0.5).float().mean() > (before > 0.5).float().mean() * 1.1
+
+
 def test_default_prior_follows_the_input_size():
     from dpconvert.generators import PRIORS, default_prior_name
 

@@ -57,8 +57,9 @@ class DpdfdOptions:
     gan: GanOptions = nested(GanOptions, prefix="gan", panel="DPDFD: DP-critic GAN queries (`generator` dpgan)",
                              help="`generator` dpgan: the DP-critic GAN trained on the private data (methods/dpgan.py)")
     prior: Optional[str] = option(None, help="The data-free query prior: random_fields (smooth blobs and strokes), centred_fields (the same "
-                                  "inside a centred ellipse), mirrored_fields (centred, half of them left-right symmetric) or natural_crops (augmented crops of public photographs that scikit-image, "
-                                  "scikit-learn and matplotlib ship; named with their licences on the card).",
+                                  "inside a centred ellipse), mirrored_fields (centred, half of them left-right symmetric), framed_fields "
+                                  "(mirrored, stretched to fill the frame) or natural_crops (augmented crops of public photographs that "
+                                  "scikit-image, scikit-learn and matplotlib ship; named with their licences on the card).",
                                   default_text="from the input size")
     prior_pool: int = option(10, help="Later releases pick a class-balanced selection out of pool × B prior samples.", cli=False)
     # with public_data: "per-image" (the targets of all views of one image are averaged and denoised) or "rows" (every view
