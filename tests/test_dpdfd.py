@@ -296,9 +296,9 @@ def test_default_prior_follows_the_input_size():
     from dpconvert.generators import PRIORS, default_prior_name
 
     assert default_prior_name(SPEC) == "random_fields"  # 8×8: the prior that carries the digits results
-    assert default_prior_name(InputSpec(1, 28, 28, 10)) == "centred_fields"
+    assert default_prior_name(InputSpec(1, 28, 28, 10)) == "framed_fields"
     assert default_prior_name(InputSpec(3, 32, 32, 10)) == "natural_crops"  # RGB ≥ 32 px: photographs' crops
-    assert default_prior_name(InputSpec(3, 16, 16, 10)) == "centred_fields"
+    assert default_prior_name(InputSpec(3, 16, 16, 10)) == "framed_fields"
     assert set(PRIORS) <= set(GENERATORS.names())
 
 
