@@ -14,6 +14,12 @@ from .errors import OptionError
 T = TypeVar("T")
 
 
+def closest(name: str, names) -> Optional[str]:
+    """The one name a typo of ``name`` most likely meant, or None (every "did you mean" in an error asks this)."""
+    close = difflib.get_close_matches(name, list(names), n=1)
+    return close[0] if close else None
+
+
 class Registry(Generic[T]):
     """``param``: the parameter whose values are this registry's names (``student``), named by an unknown-name error."""
 
@@ -55,7 +61,7 @@ class Registry(Generic[T]):
     def unknown(self, name: str, *, otherwise: str = "", param: Optional[str] = None) -> OptionError:
         """The error for a name not registered: the closest name, then every name (``otherwise``: a further way out;
         ``param``: the parameter to change where it is not the registry's own)."""
-        close = difflib.get_close_matches(name, self.names(), n=1)
+        close = closest(name, self.names())
         choose = f"choose one of: {', '.join(self.names())}{otherwise}"
-        fix = f"did you mean {close[0]!r}? Otherwise {choose}" if close else choose
+        fix = f"did you mean {close!r}? Otherwise {choose}" if close else choose
         return OptionError(f"unknown {self.kind} {name!r}", fix=fix, param=param or self.param)

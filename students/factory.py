@@ -33,10 +33,10 @@ def create_timm(name: str, spec: InputSpec, *, pretrained: bool) -> nn.Module:
 
     base = name.split(".")[0]
     if not timm.is_model(base):
-        import difflib
+        from dpconvert.registry import closest
 
-        close = difflib.get_close_matches(base, timm.list_models(), n=1)
-        hint = f"did you mean 'timm:{close[0]}'? Otherwise see" if close else "see"
+        close = closest(base, timm.list_models())
+        hint = f"did you mean 'timm:{close}'? Otherwise see" if close else "see"
         raise OptionError(f"unknown timm model {name!r}", fix=f"{hint} timm.list_models() for names")
     kwargs = dict(num_classes=spec.num_classes, in_chans=spec.channels)
     try:
