@@ -12,6 +12,8 @@ a real run: the clean mean is over fewer views (a little extra variance, so the 
 * ``--pool K``: noise pooled across images (post-processing): a first student trained on the denoised targets, each
   target then averaged with its K nearest neighbours in that student's penultimate features, and a second student
   trained on the pooled targets;
+* ``--shrink``: a second student trained on each target's posterior mean under a Gaussian prior centred on a first
+  student's answer (ALIBI-style; post-processing);
 * ``--logit-adjust both``: with and without the logit adjustment;
 * ``--import prior_variants``: candidate priors registered by a benchmark module (``--prior framed_fields``), and
   ``--prior a+b``: a mixture, n/k images from each.
@@ -106,6 +108,20 @@ def pooled(student, source, idx, targets, k: int) -> torch.Tensor:
     return out
 
 
+@torch.no_grad()
+def shrunk(student, source, idx, targets, var: float) -> torch.Tensor:
+    """Each noisy target's posterior mean under a Gaussian prior centred on the first student's answer (its centred,
+    normalised logits times the step γ: the targets' own space), the prior's spread estimated from all images
+    (empirical Bayes: E|y − μ|² = s² + v per entry); an ALIBI-style denoiser, post-processing of released targets."""
+    from dpconvert.distill.config import DpdfdConfig
+
+    logits = torch.cat([student(source.base_images(c)).float() for c in idx.split(1024)])
+    logits = logits - logits.mean(1, keepdim=True)
+    mu = DpdfdConfig.target_step * logits / logits.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    s2 = max(float(((targets - mu) ** 2).mean()) - var, 1e-6)
+    return mu + s2 / (s2 + var) * (targets - mu)
+
+
 def main() -> None:
     from dpconvert.accounting.calibrate import dpdfd_sigma
     from dpconvert.distill.config import DpdfdConfig
@@ -123,8 +139,10 @@ def main() -> None:
     p.add_argument("--rows", type=float, default=1e6)
     p.add_argument("--clean-views", type=int, default=16)
     p.add_argument("--eps", default="1")
+    p.add_argument("--delta", type=float, default=1e-5, help="the product's default is 1/R (1e-6 for a million rows)")
     p.add_argument("--seeds", default="0")
     p.add_argument("--pool", type=int, default=0)
+    p.add_argument("--shrink", action="store_true", help="a second student on targets shrunk towards the first student's answers")
     p.add_argument("--logit-adjust", choices=("on", "off", "both"), default="on")
     p.add_argument("--student-samples", type=int, default=DpdfdConfig.student_samples)
     p.add_argument("--denoise", default="bayes")
@@ -147,7 +165,7 @@ def main() -> None:
             source, clean = clean_targets(teacher, a.prior, spec, n, a.clean_views, seed, cache)
             t_clean = time.time() - t0
             for eps in a.eps.split(","):
-                sigma = 0.0 if eps == "inf" else dpdfd_sigma(eps=float(eps), delta=1e-5, steps=1)
+                sigma = 0.0 if eps == "inf" else dpdfd_sigma(eps=float(eps), delta=a.delta, steps=1)
                 var = (DpdfdConfig.target_step * sigma) ** 2 * n / a.rows
                 g = torch.Generator().manual_seed(seed + 1000)
                 noisy = clean + math.sqrt(var) * torch.randn(clean.shape, generator=g)
@@ -159,7 +177,7 @@ def main() -> None:
                     t1 = time.time()
                     student, shift = train(spec, source, idx, targets, cfg, default_student_name(spec))
                     acc, plain = accuracy(student, data, shift)
-                    row = {"prior": a.prior, "images": n, "rows": a.rows, "eps": eps, "seed": seed, "logit_adjust": la,
+                    row = {"prior": a.prior, "images": n, "rows": a.rows, "eps": eps, "delta": a.delta, "seed": seed, "logit_adjust": la,
                            "denoise": a.denoise, "student_samples": a.student_samples, "accuracy": round(acc, 4),
                            "accuracy_before_adjust": round(plain, 4),
                            "target_top_agreement": round(float((targets.argmax(1) == clean.argmax(1)).float().mean()), 4),
@@ -168,6 +186,10 @@ def main() -> None:
                         t2 = time.time()
                         second, shift2 = train(spec, source, idx, pooled(student, source, idx, targets, a.pool), cfg, default_student_name(spec))
                         row.update(pool=a.pool, pooled_accuracy=round(accuracy(second, data, shift2)[0], 4), pool_s=round(time.time() - t2, 1))
+                    if a.shrink:
+                        t2 = time.time()
+                        second, shift2 = train(spec, source, idx, shrunk(student, source, idx, targets, var), cfg, default_student_name(spec))
+                        row.update(shrink=True, shrunk_accuracy=round(accuracy(second, data, shift2)[0], 4), shrink_s=round(time.time() - t2, 1))
                     print(json.dumps(row), flush=True)
                     if a.json:
                         with open(a.json, "a") as f:

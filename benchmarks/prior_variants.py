@@ -4,7 +4,8 @@ say whether it is worth a product prior (a prior joins ``generators/`` only when
 
 * ``dimmed_fields``: the mirrored, centred fields with a random gain in [0.25, 1] (objects of any brightness, not
   only saturated white);
-* ``framed_dimmed_fields``: the product's ``framed_fields`` with that gain.
+* ``framed_dimmed_fields``: the product's ``framed_fields`` with that gain;
+* ``mixed_fields``: MixUp of two ``framed_fields`` samples, λ ∈ [0.3, 0.7].
 
 ``framed_fields`` (the mirrored fields stretched to fill the frame) started here, as a per-image crop and resize, and
 won (benchmarks/RESULTS.md, table 15): it is a product prior now (``generators/random_fields.py``, the same crop
@@ -36,6 +37,24 @@ class Dimmed(nn.Module):
 for _name, _framed in (("dimmed_fields", False), ("framed_dimmed_fields", True)):
     PRIORS[_name] = _name.replace("_", " ") + " (a simulation candidate)"
     GENERATORS.register(_name)(lambda spec, *, nz=0, conditional=False, _f=_framed: Dimmed(RandomFieldPrior(spec, centred=1.0, mirrored=0.5, framed=_f)))
+
+
+class Mixed(nn.Module):
+    """MixUp of two samples of a product prior, weight λ ∈ [0.3, 0.7] (in pixel space; the second sample's z is the
+    first's reversed and sign-flipped, so one z still determines the image)."""
+
+    def __init__(self, base: nn.Module) -> None:
+        super().__init__()
+        self.base, self.spec, self.num_classes, self.nz = base, base.spec, None, base.nz + 1
+
+    def forward(self, z: torch.Tensor, labels=None) -> torch.Tensor:
+        lam = (0.3 + 0.4 * torch.special.ndtr(z[:, -1])).view(-1, 1, 1, 1)
+        a, b = self.base(z[:, :-1]), self.base(-z[:, :-1].flip(1))
+        return lam * a + (1 - lam) * b  # normalisation is affine, so mixing normalised images mixes the pixels
+
+
+PRIORS["mixed_fields"] = "mixed fields (a simulation candidate)"
+GENERATORS.register("mixed_fields")(lambda spec, *, nz=0, conditional=False: Mixed(RandomFieldPrior(spec, centred=1.0, mirrored=0.5, framed=True)))
 
 
 def class_histograms(teacher_path: str, priors: list, n: int = 4000) -> None:

@@ -561,3 +561,40 @@ def test_a_conversion_checks_its_options_once(tmp_path, monkeypatch):
     monkeypatch.setattr(type(method), "check", lambda self, *a, **k: calls.append(a) or original(self, *a, **k))
     dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", eps=1, batch_size=2000, epochs=1)
     assert len(calls) == 1
+
+
+def test_shrink_towards_the_first_student_is_the_gaussian_posterior_mean():
+    """shrink_towards: no noise keeps each target; noise the targets' spread cannot exceed returns the student's
+    answer (γ·its centred, normalised logits); in between, the posterior mean μ + s²/(s² + v)·(y − μ) with s² the
+    spread the noise does not explain."""
+    from dpconvert.distill.source_targets import shrink_towards
+
+    g = torch.Generator().manual_seed(0)
+    y, logits = torch.randn(50, 10, generator=g), torch.randn(50, 10, generator=g)
+    centred = logits - logits.mean(1, keepdim=True)
+    mu = 5.0 * centred / centred.norm(dim=1, keepdim=True)
+    assert torch.allclose(shrink_towards(y, torch.zeros(50), logits, 5.0), y, atol=1e-6)
+    assert torch.allclose(shrink_towards(y, torch.full((50,), 1e6), logits, 5.0), mu, atol=1e-3)
+    v = torch.full((50,), 0.5)
+    s2 = float(((y - mu) ** 2).mean()) - 0.5
+    assert torch.allclose(shrink_towards(y, v, logits, 5.0), mu + s2 / (s2 + 0.5) * (y - mu), atol=1e-5)
+
+
+def test_shrink_to_student_trains_a_second_student_from_the_initial_weights():
+    """cfg.shrink_to_student: the last round trains a first student, shrinks the targets towards its answers and
+    trains the student again from the weights it started with (seeded: a run without the option and a run with it
+    start alike; the shrunk run ends elsewhere), all after the one release (no teacher call, no further event)."""
+    source = _public_source(4, max_shift=1, flip=True, mix_prob=0.0, subpixel=False)
+    ends = {}
+    for shrink in (False, True):
+        teacher, student, _ = _teacher_student_and_twin()
+        cfg = engine_config(releases=1, batch_size=40, sigma=1.0, student_data="sources", denoise="none", student_samples=64,
+                            shrink_to_student=shrink)
+        job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=source)
+        before = {k: v.clone() for k, v in job.model.module.state_dict().items()}
+        done = run_rounds(job)
+        assert len(job.accountant.events) == 1 and (done.initial_student is not None) == shrink
+        if shrink:
+            assert all(torch.equal(before[k], v) for k, v in done.initial_student.items())
+        ends[shrink] = [p.detach().clone() for p in student.parameters()]
+    assert any(not torch.equal(a, b) for a, b in zip(ends[False], ends[True]))

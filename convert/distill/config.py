@@ -31,6 +31,9 @@ class DpdfdConfig:
     # on Fashion-MNIST (benchmarks/RESULTS.md, table 12): 4 × 625 of 20 000 prior images 61.3 % against 56.0 % for
     # today's default (seed 0); picking them class-balanced by the student's predictions lost (52.7 %) and was removed
     new_sources_per_release: int
+    # "sources", after the last release: a first student on the averaged targets, each target shrunk towards that
+    # student's answer (source_targets.shrink_towards), and the student trained again from its initial weights
+    shrink_to_student: bool
     sigma: float = 0.0  # noise multiplier (std σ·C per entry): the plan's
     target_step: float = 5.0  # γ in y_s = s − γ·g̃ (Algorithm 1 line 10)
     score_scale: float = 5.0  # λ: logit gap the clean score target corresponds to (ce)

@@ -6,6 +6,7 @@ released targets only (``tests/test_per_answer.py`` runs it with a teacher that 
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Callable, Optional
 
@@ -16,7 +17,7 @@ from dpconvert.profiling import phase
 from .config import DpdfdConfig, RoundInfo
 from .generator_training import train_generator
 from .models import batched, joined
-from .source_targets import DENOISERS, SourceTargets
+from .source_targets import DENOISERS, SourceTargets, shrink_towards
 from .student_training import StudentTrainer, adjust_for_query_prior
 
 
@@ -27,7 +28,8 @@ def student_samples(cfg: DpdfdConfig, rows_released: int) -> int:
 
 def planned_student_samples(cfg: DpdfdConfig) -> int:
     """Student samples over the whole run: round r follows r releases of B rows."""
-    return sum(student_samples(cfg, r * cfg.batch_size) for r in range(1, cfg.releases + 1))
+    first = student_samples(cfg, cfg.releases * cfg.batch_size) if cfg.shrink_to_student and cfg.student_data == "sources" else 0
+    return first + sum(student_samples(cfg, r * cfg.batch_size) for r in range(1, cfg.releases + 1))
 
 
 class DpdfdRounds:
@@ -45,6 +47,8 @@ class DpdfdRounds:
         self.source_targets: Optional[SourceTargets] = None
         self.query_prior_shift: Optional[torch.Tensor] = None  # the logit adjustment applied after the last round
         self.round = 1
+        # the student's initial weights, trained again from after the shrink (cfg.shrink_to_student)
+        self.initial_student = copy.deepcopy(job.model.module.state_dict()) if job.cfg.shrink_to_student else None
 
     @property
     def round_name(self) -> str:
@@ -84,8 +88,26 @@ class DpdfdRounds:
         job = self.job
         if self.cfg.student_data == "sources":
             idx, targets = self.denoised_source_targets()
+            if self.initial_student is not None and self.round == self.cfg.releases:
+                targets = self._shrunk_to_first_student(idx, targets)
             return self.trainer.on_sources(idx, targets.to(job.device), job.prior.augment, job.prior.nz, self.round_name)
         return self.trainer.on_rows(joined(self.buffer_x), joined(self.buffer_y), job.render, self.round_name, epochs)
+
+    def _shrunk_to_first_student(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """cfg.shrink_to_student: a first student on the targets (with the logit adjustment, as the final one gets),
+        the targets shrunk towards its answers on the images, and the student reset to its initial weights and a
+        fresh optimiser for the second training (source_targets.shrink_towards)."""
+        job, cfg = self.job, self.cfg
+        self.trainer.on_sources(idx, targets.to(job.device), job.prior.augment, job.prior.nz, f"{self.round_name} (first student)")
+        if cfg.logit_adjust:
+            self.adjust_for_query_prior()
+        job.model.module.eval()
+        with torch.no_grad():
+            logits = batched(job.model, job.prior.base_images(idx), job.chunk).float().cpu()
+        noise_var = (cfg.target_step * cfg.sigma * cfg.clip) ** 2 / self.source_targets.counts[idx].double()
+        job.model.module.load_state_dict(self.initial_student)
+        self.trainer = StudentTrainer(cfg, job.model, job.rng, job.world, job.progress)
+        return shrink_towards(targets, noise_var, logits, cfg.target_step)
 
     def train_generator(self) -> float:
         job = self.job

@@ -10,6 +10,13 @@ The averaged targets can be denoised further by an empirical-Bayes posterior mea
 fitted to the averaged rows (whose noise covariance s²·I is known from σ, C, γ and m), and each row is replaced by
 Σ_c P(c | y)·(μ_c + Σ_c^s (Σ_c^s + s² I)⁻¹ (y − μ_c)), the posterior mean of its clean value under that mixture
 prior (Robbins 1956; a Wiener filter per component). It uses the released rows only.
+
+``shrink_towards`` is the same posterior mean with a different prior: a Gaussian centred on a first student's answer
+for each image (the student was trained on these released targets; its answer is put in the targets' own space, γ
+times its centred, normalised logits), the prior's spread estimated from all images (E|y − μ|² = s² + v per entry).
+It is the ALIBI idea ("Antipodes of Label Differential Privacy: PATE and ALIBI", Malek et al. 2021, the model's own
+prediction as the prior of a noisy label) for averaged output-gradient targets: the student pools what similar images'
+targets say, so an image whose own mean is mostly noise borrows from them, and one with a clear target keeps it.
 """
 
 from __future__ import annotations
@@ -70,3 +77,13 @@ def empirical_bayes(means: torch.Tensor, noise_var: torch.Tensor, seed: int, com
         gain = signal @ np.linalg.inv(gm.covariances_[c])
         out += post[:, c:c + 1] * (gm.means_[c] + (y - gm.means_[c]) @ gain.T)
     return torch.from_numpy(out).float()
+
+
+def shrink_towards(means: torch.Tensor, noise_var: torch.Tensor, student_logits: torch.Tensor, step: float) -> torch.Tensor:
+    """Posterior mean of each clean target (``means``, (n, K), per-entry noise variance ``noise_var`` (n,)) under a
+    Gaussian prior N(μ, s²·I), μ = ``step`` · the centred, normalised ``student_logits`` (module docstring)."""
+    logits = student_logits.double() - student_logits.double().mean(1, keepdim=True)
+    mu = step * logits / logits.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    y, v = means.double(), noise_var.double().view(-1, 1)
+    s2 = max(float(((y - mu) ** 2).mean() - v.mean()), 1e-6)  # the prior's spread: what the noise does not explain
+    return (mu + s2 / (s2 + v) * (y - mu)).to(means.dtype)

@@ -333,6 +333,9 @@ class Dpdfd(Method):
         if opts.new_sources_per_release and settings["student_data"] != "sources":  # before any release
             raise DpconvertError("`new_sources_per_release` picks the images of per-image targets",
                                  fix="give `public_data` or `prior_images`, or drop it", param="new_sources_per_release")
+        if opts.shrink_to_student and settings["student_data"] != "sources":
+            raise DpconvertError("`shrink_to_student` shrinks per-image targets", fix="give `public_data` or `prior_images`, or drop it",
+                                 param="shrink_to_student")
         if settings["student_data"] == "sources" and not run.public_data and opts.generator != GAN_QUERIES:
             settings["denoise"] = DATA_FREE_DENOISE
         if settings["student_data"] == "sources" and opts.epochs:  # per-image targets: epochs over the queried images

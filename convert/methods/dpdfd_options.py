@@ -96,6 +96,12 @@ class DpdfdOptions:
                                          default_text="4e-3 for inputs of ≤ 256 values, else 2e-3", cli=False)
     logit_adjust: bool = option(True, help="Subtract the student's mean logits over the released queries from its head bias (post-processing; "
                                 "out of domain it measured 48.7 % against 36.0 % without).", cli=False)
+    # an ALIBI-style second pass ("Antipodes of Label Differential Privacy: PATE and ALIBI", Malek et al. 2021), all of it
+    # post-processing of the released targets: design simulation on Fashion-MNIST at ε = 1 (benchmarks/RESULTS.md,
+    # table 15) measured it ahead on every seed; off until the product itself has measured it
+    shrink_to_student: bool = option(False, help="Per-image targets: train a first student, replace each averaged target by its posterior mean "
+                                     "under a Gaussian prior centred on that student's answer, then train the student again from its "
+                                     "initial weights on them (post-processing; about twice the student's time).", cli=False)
     new_sources_per_release: int = option(0, help="Per-image targets over several `releases`: each release queries views of this many new "
                                            "images, those the student is least sure about (0: every image in every release).", cli=False)
 
@@ -232,7 +238,7 @@ def engine_option_settings(opts: "DpdfdOptions", spec, device: str = "cpu") -> d
     and device: the options class holds their one default (the plan may still raise B for per-image targets)."""
     return dict(releases=opts.releases, batch_size=opts.batch_size or default_batch_size(spec, device), clip=opts.clip,
                 distill_loss=opts.distill_loss, logit_adjust=opts.logit_adjust, student_lr=opts.student_lr or default_student_lr(spec),
-                prior_pool=opts.prior_pool, new_sources_per_release=opts.new_sources_per_release)
+                prior_pool=opts.prior_pool, new_sources_per_release=opts.new_sources_per_release, shrink_to_student=opts.shrink_to_student)
 
 
 def default_minibatch(spec) -> int:
