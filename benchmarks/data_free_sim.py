@@ -110,16 +110,13 @@ def pooled(student, source, idx, targets, k: int) -> torch.Tensor:
 
 @torch.no_grad()
 def shrunk(student, source, idx, targets, var: float) -> torch.Tensor:
-    """Each noisy target's posterior mean under a Gaussian prior centred on the first student's answer (its centred,
-    normalised logits times the step γ: the targets' own space), the prior's spread estimated from all images
-    (empirical Bayes: E|y − μ|² = s² + v per entry); an ALIBI-style denoiser, post-processing of released targets."""
+    """The product's ``shrink_towards`` (an ALIBI-style posterior mean towards the first student's answers) on the
+    simulated targets: post-processing of released targets."""
     from dpconvert.distill.config import DpdfdConfig
+    from dpconvert.distill.source_targets import shrink_towards
 
     logits = torch.cat([student(source.base_images(c)).float() for c in idx.split(1024)])
-    logits = logits - logits.mean(1, keepdim=True)
-    mu = DpdfdConfig.target_step * logits / logits.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    s2 = max(float(((targets - mu) ** 2).mean()) - var, 1e-6)
-    return mu + s2 / (s2 + var) * (targets - mu)
+    return shrink_towards(targets, torch.full((len(targets),), var), logits, DpdfdConfig.target_step)
 
 
 def main() -> None:

@@ -77,10 +77,13 @@ class DpdfdRounds:
     def denoised_source_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(indices of the queried source images, their denoised targets); the noise variance of each mean follows
         from σ, C and the step γ (the release's, from the config) and its count."""
-        st, cfg = self.source_targets, self.cfg
-        idx = st.active()
-        noise_var = (cfg.target_step * cfg.sigma * cfg.clip) ** 2 / st.counts[idx].double()
-        return idx, DENOISERS.get(cfg.denoise)(st.means(), noise_var, cfg.seed)
+        idx = self.source_targets.active()
+        return idx, DENOISERS.get(self.cfg.denoise)(self.source_targets.means(), self._noise_var(idx), self.cfg.seed)
+
+    def _noise_var(self, idx: torch.Tensor) -> torch.Tensor:
+        """Per-entry noise variance of each queried image's mean target: (γσC)² over its count of released rows."""
+        cfg = self.cfg
+        return (cfg.target_step * cfg.sigma * cfg.clip) ** 2 / self.source_targets.counts[idx].double()
 
     # ------------------------------------------------------------ training on it
     def train_student(self, epochs: Optional[int] = None) -> float:
@@ -104,10 +107,9 @@ class DpdfdRounds:
         job.model.module.eval()
         with torch.no_grad():
             logits = batched(job.model, job.prior.base_images(idx), job.chunk).float().cpu()
-        noise_var = (cfg.target_step * cfg.sigma * cfg.clip) ** 2 / self.source_targets.counts[idx].double()
         job.model.module.load_state_dict(self.initial_student)
         self.trainer = StudentTrainer(cfg, job.model, job.rng, job.world, job.progress)
-        return shrink_towards(targets, noise_var, logits, cfg.target_step)
+        return shrink_towards(targets, self._noise_var(idx), logits, cfg.target_step)
 
     def train_generator(self) -> float:
         job = self.job
