@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from dpconvert.accounting import DpdfdAccountant, dpdfd
+from dpconvert.distill.models import classifier
 from dpconvert.distill.rounds import DpdfdRounds, planned_student_samples
 from tests.engine import engine_config, released_once, run_rounds
 from dpconvert.mechanisms.dpdfd import Dpdfd
@@ -598,3 +599,43 @@ def test_shrink_to_student_trains_a_second_student_from_the_initial_weights():
             assert all(torch.equal(before[k], v) for k, v in done.initial_student.items())
         ends[shrink] = [p.detach().clone() for p in student.parameters()]
     assert any(not torch.equal(a, b) for a, b in zip(ends[False], ends[True]))
+
+
+def test_the_first_release_skips_the_zero_head_students_forward_and_releases_the_same_rows():
+    """Before it trains, a zero-head student answers 0 everywhere: the release runs its forward on the first chunk only
+    (to check that) and the released rows are the numbers the full forward gives (same noise stream)."""
+    torch.manual_seed(0)
+    teacher = create_student("datalens_cnn", SPEC).eval()
+    init = create_student("datalens_cnn", SPEC).state_dict()
+    released, calls = [], []
+    for skip in (True, False):
+        student = create_student("datalens_cnn", SPEC)
+        student.load_state_dict(init)
+        cfg = engine_config(releases=2, batch_size=3000, sigma=1.0, student_epochs=1, minibatch=256)
+        job = Dpdfd(lambda x: teacher(x), student, None, cfg, DpdfdAccountant(), prior=create_generator("random_fields", SPEC),
+                    noise=torch.Generator().manual_seed(1))
+        job.chunk = 1000  # three chunks per release
+        if not skip:
+            job._student_answers_zero = lambda s_logits: False
+        n: list = []
+        job.model = _Counting(job.model, n)
+        rows, y, _ = job.release(1)
+        released.append(y)
+        calls.append(len(n))
+    assert calls == [1, 3]
+    assert torch.equal(released[0], released[1])
+    with torch.no_grad():
+        classifier(job.student).weight.add_(0.1)
+    assert not Dpdfd._student_answers_zero(job, job.model(job.probe_inputs(8)))  # a student that trained runs its forward
+
+
+class _Counting:
+    def __init__(self, model, calls):
+        self._model, self._calls = model, calls
+
+    def __call__(self, x):
+        self._calls.append(len(x))
+        return self._model(x)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
