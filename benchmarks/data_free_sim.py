@@ -30,18 +30,23 @@ import json
 import math
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 
 
-def clean_targets(teacher, prior_name: str, spec, n: int, views: int, seed: int, cache: Path):
-    """(fixed prior images, their clean per-image targets γ·mean of the normalised rows over ``views`` views)."""
+def clean_targets(teacher, prior_name: str, spec, n: int, views: int, seed: int, cache: Path, loss: str = "logits", tau: float = 4.0):
+    """(fixed prior images, their clean per-image targets −γ·mean of the normalised rows at s = 0 over ``views`` views;
+    ``loss``: the product's L_T, whose output gradient is the row)."""
     from dpconvert.distill.config import DpdfdConfig
+    from dpconvert.mechanisms.output_gradients import per_sample_output_gradient
     from dpconvert.methods.dpdfd_options import DpdfdOptions, fixed_prior_images
     from dpconvert.options import RunOptions
 
-    path = cache / f"{Path(teacher.source).stem}_{prior_name}_{n}_{views}_{seed}.pt"
+    row_cfg = SimpleNamespace(distill_loss=loss, kd_temperature=tau)
+    tag = "" if loss == "logits" else f"_{loss}{tau if loss == 'kd' else ''}"
+    path = cache / f"{Path(teacher.source).stem}_{prior_name}_{n}_{views}_{seed}{tag}.pt"
     if "+" in prior_name:  # a mixture: n/k images from each of k priors, in blocks (family f holds images f·n/k …)
         from dpconvert.generators.public_images import PublicImageSource
         from dpconvert.methods.dpdfd_options import draw_prior_images
@@ -59,8 +64,8 @@ def clean_targets(teacher, prior_name: str, spec, n: int, views: int, seed: int,
         for _ in range(views):
             for idx in torch.arange(n).split(1024):
                 t = teacher(source.augment(idx, torch.randn(len(idx), source.nz, generator=g))).float()
-                t = t - t.mean(1, keepdim=True)
-                sums[idx] += t / t.norm(dim=1, keepdim=True).clamp_min(1e-12)
+                r = -per_sample_output_gradient(torch.zeros_like(t), t, row_cfg)  # at s = 0 the target direction is −g
+                sums[idx] += r / r.norm(dim=1, keepdim=True).clamp_min(1e-12)
     clean = DpdfdConfig.target_step * sums / views
     torch.save(clean, path)
     return source, clean
@@ -143,6 +148,8 @@ def main() -> None:
     p.add_argument("--logit-adjust", choices=("on", "off", "both"), default="on")
     p.add_argument("--student-samples", type=int, default=DpdfdConfig.student_samples)
     p.add_argument("--denoise", default="bayes")
+    p.add_argument("--loss", default="logits", choices=("logits", "ce", "kd"), help="L_T, whose output gradient each row is")
+    p.add_argument("--kd-temperature", type=float, default=4.0)
     p.add_argument("--cache", default="/tmp/data_free_sim")
     p.add_argument("--json")
     p.add_argument("--import", dest="imports", default="", help="modules that register candidate priors (prior_variants)")
@@ -159,7 +166,7 @@ def main() -> None:
     for seed in map(int, a.seeds.split(",")):
         for n in map(int, a.images.split(",")):
             t0 = time.time()
-            source, clean = clean_targets(teacher, a.prior, spec, n, a.clean_views, seed, cache)
+            source, clean = clean_targets(teacher, a.prior, spec, n, a.clean_views, seed, cache, a.loss, a.kd_temperature)
             t_clean = time.time() - t0
             for eps in a.eps.split(","):
                 sigma = 0.0 if eps == "inf" else dpdfd_sigma(eps=float(eps), delta=a.delta, steps=1)
@@ -174,7 +181,8 @@ def main() -> None:
                     t1 = time.time()
                     student, shift = train(spec, source, idx, targets, cfg, default_student_name(spec))
                     acc, plain = accuracy(student, data, shift)
-                    row = {"prior": a.prior, "images": n, "rows": a.rows, "eps": eps, "delta": a.delta, "seed": seed, "logit_adjust": la,
+                    row = {"prior": a.prior, **({"loss": a.loss} if a.loss != "logits" else {}),
+                           **({"kd_temperature": a.kd_temperature} if a.loss == "kd" else {}), "images": n, "rows": a.rows, "eps": eps, "delta": a.delta, "seed": seed, "logit_adjust": la,
                            "denoise": a.denoise, "student_samples": a.student_samples, "accuracy": round(acc, 4),
                            "accuracy_before_adjust": round(plain, 4),
                            "target_top_agreement": round(float((targets.argmax(1) == clean.argmax(1)).float().mean()), 4),

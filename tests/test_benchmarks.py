@@ -75,8 +75,9 @@ def test_data_free_sim_smoke(tmp_path):
     out = tmp_path / "r.jsonl"
     r = subprocess.run([sys.executable, ROOT / "benchmarks/data_free_sim.py", "--teacher", "builtin:digits", "--eval-data", "builtin:digits",
                         "--prior", "random_fields", "--images", "60", "--rows", "6000", "--clean-views", "2", "--student-samples", "600",
-                        "--pool", "4", "--shrink", "--cache", str(tmp_path / "cache"), "--json", str(out)], cwd=tmp_path, capture_output=True, text=True,
+                        "--pool", "4", "--shrink", "--loss", "ce", "--cache", str(tmp_path / "cache"), "--json", str(out)], cwd=tmp_path, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     row = json.loads(out.read_text().splitlines()[-1])
-    assert row["images"] == 60 and 0 <= row["accuracy"] <= 1 and 0 <= row["pooled_accuracy"] <= 1 and 0 <= row["shrunk_accuracy"] <= 1
+    assert row["images"] == 60 and row["loss"] == "ce"
+    assert 0 <= row["accuracy"] <= 1 and 0 <= row["pooled_accuracy"] <= 1 and 0 <= row["shrunk_accuracy"] <= 1

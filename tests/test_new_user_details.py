@@ -68,3 +68,12 @@ def test_every_help_speaks_one_style(cli, monkeypatch):
         text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", out).split())
         sentences = [s for s in re.split(r"(?<=\.) ", text) if len(s) > 40]
         assert len(sentences) == len(set(sentences)), (command, [s for s in sentences if sentences.count(s) > 1][:2])
+
+
+def test_shrink_to_student_without_per_image_targets_is_refused_before_any_release(cli, tmp_path):
+    """--shrink-to-student post-processes per-image targets; the digits default releases one target per row."""
+    code, out, err = cli("builtin:digits", "--eps", "1", "--out", tmp_path / "s.onnx", "--shrink-to-student")
+    assert code != 0
+    line = " ".join(err.split())
+    assert "--shrink-to-student" in line and "--prior-images" in line and "release 1/1" not in out + err
+    assert not list(tmp_path.iterdir())
