@@ -240,7 +240,7 @@ class Dpdfd:
 
     def _student_answers_zero(self, s_logits: torch.Tensor) -> bool:
         """True while the student's classifier is all zeros (``zero_head``, before it trained) and it answered exactly 0
-        on a whole chunk: then it answers 0 on every input, and the release skips its forward pass (on 28×28 a third of
+        on a whole chunk: then it answers 0 on every input, and the release skips its forward pass (on 28×28 ~40 % of
         the teacher phase) — the rows are the same numbers."""
         if not self.cfg.zero_head:
             return False
