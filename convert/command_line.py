@@ -37,7 +37,10 @@ def _changed(obj) -> list[str]:
         spec, value = specs.get(name), values[name]
         if spec is None or value is None:
             continue
-        words += ([_flag(spec.flag)] if value else []) if spec.is_flag else [_flag(spec.flag), _text(value)]
+        if spec.is_flag:
+            words += [_flag(spec.flag) if value else _flag("no_" + spec.flag)] if value or spec.negatable else []
+        else:
+            words += [_flag(spec.flag), _text(value)]
     return words
 
 

@@ -76,9 +76,15 @@ class OptionSpec:
     def is_flag(self) -> bool:
         return self.type is bool
 
+    @property
+    def negatable(self) -> bool:
+        """A flag whose default the library picks (None): ``--x`` turns it on and ``--no-x`` off."""
+        return self.is_flag and self.default is None
+
     def default_shown(self) -> Optional[str]:
-        """The default as the help shows it: a number or a name, or what the library picks it from; None for a flag."""
-        if self.is_flag:
+        """The default as the help shows it: a number or a name, or what the library picks it from; None for an
+        on/off flag (off unless given)."""
+        if self.is_flag and not self.negatable:
             return None
         if self.default_text:
             return self.default_text

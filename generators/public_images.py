@@ -27,6 +27,8 @@ class PublicImageSource(nn.Module):
     λ·a + (1 − λ)·b of random pairs (λ ≥ ``blend_min``; drawn once from ``seed``): new inputs between the images, each
     of which can be queried many times under different shifts and flips (so its answers can be averaged)."""
 
+    NZ = 7  # a view's z: base, partner, shift y, shift x, flip, mix?, mix weight — all uniform via Φ(z)
+
     def __init__(self, images: torch.Tensor, *, max_shift: int = 2, flip: bool = True, mix_prob: float = 0.3,
                  mix_min: float = 0.6, subpixel: bool = True, blends: int = 0, blend_min: float = 0.5, seed: int = 0,
                  public: bool = True, public_count: int | None = None) -> None:
@@ -45,7 +47,7 @@ class PublicImageSource(nn.Module):
         self.register_buffer("pairs", pairs)
         self.register_buffer("weights", blend_min + (1 - blend_min) * torch.rand(blends, generator=g))
         self.num_classes = None
-        self.nz = 7  # base, partner, shift y, shift x, flip, mix?, mix weight — all uniform via Φ(z)
+        self.nz = self.NZ
 
     @property
     def num_sources(self) -> int | None:

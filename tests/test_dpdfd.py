@@ -398,6 +398,21 @@ def test_first_occurrences_is_exact():
     assert first_occurrences(x).tolist() == [0]
 
 
+def test_chunked_helpers_fill_one_output_exactly_as_joining_the_chunks_would():
+    """``batched`` and ``row_hash`` write chunk results into one preallocated output (a list of them fragments the heap):
+    the same numbers as joining per-chunk results, across a partial last chunk, and nothing for no rows."""
+    from dpconvert.distill.models import batched
+    from dpconvert.mechanisms.distinct_inputs import row_hash
+
+    x = torch.randn(1000, 3)
+    fn = lambda c: torch.cat([c.sum(1, keepdim=True), c.max(1, keepdim=True).values], 1)  # noqa: E731
+    assert torch.equal(batched(fn, x, 64), torch.cat([fn(c) for c in x.split(64)]))
+    assert batched(fn, x[:0], 64).shape == (0, 2)
+    flat = torch.randn(16384 + 300, 5)  # one full hashing chunk and a partial one
+    one_by_one = torch.stack([row_hash(r.unsqueeze(0))[0] for r in flat[16380:16390]])
+    assert torch.equal(row_hash(flat)[16380:16390], one_by_one)
+
+
 def test_empirical_bayes_denoiser_beats_the_raw_means_and_keeps_clean_ones():
     """Post-processing of released means: closer to the clean targets than the noisy means; no noise → unchanged."""
     from dpconvert.distill.source_targets import DENOISERS
@@ -531,7 +546,7 @@ def test_prior_images_are_never_counted_as_public_sources():
 
 
 def test_fixed_prior_images_are_the_default_for_28x28_inputs_only():
-    """The measured default (2 500 fixed prior images) applies to 28×28-sized inputs with no other query source; an
+    """The measured default (5 000 fixed prior images) applies to 28×28-sized inputs with no other query source; an
     explicit value, public images, a generator, `rows` or another input size keep one target per prior sample."""
     from types import SimpleNamespace
 
@@ -548,6 +563,26 @@ def test_fixed_prior_images_are_the_default_for_28x28_inputs_only():
     assert prior_images(public, DpdfdOptions(), fmnist) == 0
     assert prior_images(plain, DpdfdOptions(generator="dafl"), fmnist) == 0
     assert prior_images(plain, DpdfdOptions(public_targets="rows"), fmnist) == 0
+
+
+def test_the_data_free_recipe_sets_rows_and_shrinkage_only_for_prior_images():
+    """Data-free prior images get the measured recipe (3 M rows, targets shrunk towards a first student); public
+    images keep 1 M rows and no shrinkage; an explicit `shrink_to_student` (either way) or `batch_size` is kept."""
+    from types import SimpleNamespace
+
+    from dpconvert.methods.dpdfd_options import (DATA_FREE_PER_IMAGE_BATCH, PER_IMAGE_BATCH, DpdfdOptions, engine_option_settings,
+                                                 per_image_batch, shrinks_to_student)
+
+    fmnist = InputSpec(1, 28, 28, 10)
+    plain, public = SimpleNamespace(public_data=None), SimpleNamespace(public_data="pub.npz")
+    assert per_image_batch(plain, DpdfdOptions(), fmnist) == DATA_FREE_PER_IMAGE_BATCH > PER_IMAGE_BATCH
+    assert per_image_batch(public, DpdfdOptions(), fmnist) == PER_IMAGE_BATCH
+    assert shrinks_to_student(plain, DpdfdOptions(), fmnist) and not shrinks_to_student(public, DpdfdOptions(), fmnist)
+    assert not shrinks_to_student(plain, DpdfdOptions(shrink_to_student=False), fmnist)
+    assert shrinks_to_student(public, DpdfdOptions(shrink_to_student=True), fmnist)
+    assert not shrinks_to_student(plain, DpdfdOptions(), InputSpec(1, 8, 8, 10))  # rows: nothing to shrink
+    assert engine_option_settings(DpdfdOptions(), fmnist, run=plain)["shrink_to_student"] is True
+    assert engine_option_settings(DpdfdOptions(), fmnist, run=public)["shrink_to_student"] is False
 
 
 def test_a_conversion_checks_its_options_once(tmp_path, monkeypatch):

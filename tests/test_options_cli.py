@@ -178,3 +178,18 @@ def test_an_engine_setting_a_user_sets_has_its_one_default_in_the_options():
     with_default = {f.name for f in dataclasses.fields(DpdfdConfig) if f.name in shared and f.default is not dataclasses.MISSING}
     assert len(shared) >= 8 and with_default == set()
     assert set(engine_option_settings(DpdfdOptions(), InputSpec(1, 28, 28, 10))) == shared
+
+
+def test_a_flag_whose_default_the_library_picks_can_be_turned_off_and_the_card_says_so(monkeypatch, cli):
+    """`shrink_to_student` defaults to what the query source calls for: --no-shrink-to-student reaches the library as
+    False, and the equivalent command of a Python conversion spells each explicit value."""
+    from dpconvert.command_line import equivalent_command
+    from dpconvert.methods.dpdfd_options import DpdfdOptions
+
+    for flag, value in (("--no-shrink-to-student", False), ("--shrink-to-student", True)):
+        seen = _captured(monkeypatch, cli, "convert", ["convert", "builtin:digits", "--out", "s.onnx", flag])["kwargs"]
+        assert seen["shrink_to_student"] is value
+    assert "shrink_to_student" not in _captured(monkeypatch, cli, "convert", ["convert", "builtin:digits", "--out", "s.onnx"])["kwargs"]
+    assert equivalent_command(["t.pt"], "s.onnx", DpdfdOptions(shrink_to_student=False)).endswith("--no-shrink-to-student")
+    assert equivalent_command(["t.pt"], "s.onnx", DpdfdOptions(shrink_to_student=True)).endswith(" --shrink-to-student")
+    assert "shrink" not in equivalent_command(["t.pt"], "s.onnx", DpdfdOptions())

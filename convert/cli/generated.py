@@ -95,7 +95,7 @@ def params_of(*classes: type, only: Optional[set] = None, skip: frozenset = froz
         params.append(Param(
             name=name, flags=("--" + first.flag.replace("_", "-"),),
             type=bool if is_flag else (str if first.parse or first.type not in (int, float, str) else first.type),
-            help=as_flags(text), panel=panel or first.panel, default=False if is_flag else None,
+            help=as_flags(text), panel=panel or first.panel, default=False if is_flag and not first.negatable else None,
             hidden=plan_only and not any(s.plan for s in specs), specs=specs, classes=tuple(roots[name])))
     return params
 
@@ -111,9 +111,11 @@ def annotation(p: Param):
     if p.argument:
         info = typer.Argument(help=text, show_default=False, metavar=p.name.upper())
     else:
-        info = typer.Option(*p.flags, help=text, rich_help_panel=as_flags(p.panel) if p.panel else None, hidden=p.hidden,
+        # a flag whose default the library picks (None) also has its --no- form
+        flags = [f"{p.flags[0]}/--no-{p.flags[0][2:]}", *p.flags[1:]] if p.type is bool and p.default is None else p.flags
+        info = typer.Option(*flags, help=text, rich_help_panel=as_flags(p.panel) if p.panel else None, hidden=p.hidden,
                             show_default=False, metavar=None if p.type is bool else METAVARS.get(p.type, "TEXT"))
-    tp = p.type if p.argument or p.default is not None or p.type is bool else Optional[p.type]
+    tp = p.type if p.argument or p.default is not None else Optional[p.type]  # on/off flags default to False
     return Annotated[tp, info]
 
 
@@ -167,7 +169,7 @@ def given(params: list[Param], values: dict, *classes: type) -> dict:
         if not p.specs or not set(p.classes) & set(classes):
             continue
         v = values.get(p.name)
-        if v is None or (p.type is bool and v is False):
+        if v is None or (p.type is bool and v is False and p.default is False):  # --no-x of a negatable flag is given
             continue
         out[p.name] = p.value(v)
     return out

@@ -20,7 +20,18 @@ def rows_per_call(pixels: int) -> int:
 
 
 def batched(fn: Callable, x: torch.Tensor, size: int) -> torch.Tensor:
-    return torch.cat([fn(chunk) for chunk in x.split(size)])
+    """``fn`` over ``x`` ``size`` rows at a time, written into one output allocated after the first chunk. Not a list of
+    per-chunk results joined at the end: small results kept alive between each chunk's large temporaries fragment
+    glibc's heap, and a 3 M-row release of 28×28 queries grew to 19 GB resident that way (900 MB without)."""
+    if not len(x):
+        return fn(x)
+    out = None
+    for start in range(0, len(x), size):
+        y = fn(x[start:start + size])
+        if out is None:
+            out = y.new_empty((len(x), *y.shape[1:]))
+        out[start:start + len(y)] = y
+    return out
 
 
 def joined(parts: list[torch.Tensor]) -> torch.Tensor:

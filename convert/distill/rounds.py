@@ -40,7 +40,7 @@ class DpdfdRounds:
 
     def __init__(self, job) -> None:
         self.job, self.cfg = job, job.cfg
-        self.trainer = StudentTrainer(job.cfg, job.model, job.rng, job.world, job.progress)
+        self.trainer = self._fresh_trainer()
         self.opt_g = torch.optim.Adam(job.generator.parameters(), lr=job.cfg.generator_lr) if job.generator is not None else None
         self.buffer_x: list[torch.Tensor] = []
         self.buffer_y: list[torch.Tensor] = []
@@ -108,8 +108,13 @@ class DpdfdRounds:
         with torch.no_grad():
             logits = batched(job.model, job.prior.base_images(idx), job.chunk).float().cpu()
         job.model.module.load_state_dict(self.initial_student)
-        self.trainer = StudentTrainer(cfg, job.model, job.rng, job.world, job.progress)
+        self.trainer = self._fresh_trainer()
         return shrink_towards(targets, self._noise_var(idx), logits, cfg.target_step)
+
+    def _fresh_trainer(self) -> StudentTrainer:
+        """The student's trainer with a fresh optimiser and schedule (at the start, and after the first student)."""
+        job = self.job
+        return StudentTrainer(job.cfg, job.model, job.rng, job.world, job.progress)
 
     def train_generator(self) -> float:
         job = self.job

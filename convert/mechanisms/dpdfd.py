@@ -146,7 +146,7 @@ class Dpdfd:
 
         z = self.queries.source_z(n)
         for round_ in range(max_rounds):
-            h = torch.cat([row_hash(flat(c)) for c in z.split(self.chunk)])
+            h = batched(lambda c: row_hash(flat(c)), z, self.chunk)
             keep = self.answered.fresh(h, first_by_hash(h, lambda idx: flat(z[idx])))
             z, h = z[keep], h[keep]
             distinct = len(z)
@@ -219,23 +219,26 @@ class Dpdfd:
         t0 = time.perf_counter()
         mine = rows[self.world.shard(len(rows))]
         self.student.eval()
-        s_parts, g_parts = [], []
         self.progress.phase(f"release {self._round}/{self.cfg.releases}: teacher", len(mine), "rows")
         zero_student = None  # known after the first chunk: see _student_answers_zero
+
+        def answer(chunk: torch.Tensor) -> torch.Tensor:  # (student logits | pre-noise row) side by side
+            nonlocal zero_student
+            x = self.render(chunk)
+            with torch.no_grad():
+                s_logits = torch.zeros(len(x), self.num_classes, device=x.device) if zero_student else self.model(x)
+            zero_student = self._student_answers_zero(s_logits) if zero_student is None else zero_student
+            self.progress.advance(len(chunk))
+            return torch.cat([s_logits, self._rows(x, s_logits)], 1)
+
         with phase("teacher forward", items=len(mine)):
-            for chunk in mine.split(self.chunk):
-                x = self.render(chunk)
-                with torch.no_grad():
-                    s_logits = torch.zeros(len(x), self.num_classes, device=x.device) if zero_student else self.model(x)
-                zero_student = self._student_answers_zero(s_logits) if zero_student is None else zero_student
-                g_parts.append(self._rows(x, s_logits))
-                s_parts.append(s_logits)
-                self.progress.advance(len(chunk))
+            both = batched(answer, mine, self.chunk)
         t1 = time.perf_counter()
         with phase("release", items=len(rows)):
-            g_noisy = self.mechanism.release(torch.cat(g_parts), total=len(rows), teachers=len(self.members))
-            del g_parts  # nothing un-noised from the teacher survives this function
-            s_logits = self.world.gather_rows(torch.cat(s_parts), len(rows))
+            k = self.num_classes
+            g_noisy = self.mechanism.release(both[:, k:].contiguous(), total=len(rows), teachers=len(self.members))
+            s_logits = self.world.gather_rows(both[:, :k].contiguous(), len(rows))
+            del both  # nothing un-noised from the teacher survives this function
         return s_logits, g_noisy, t1 - t0, time.perf_counter() - t1
 
     def _student_answers_zero(self, s_logits: torch.Tensor) -> bool:
@@ -258,6 +261,18 @@ class Dpdfd:
             grads.append(per_sample_output_gradient(s_logits, t_logits.clone(), self.cfg))
             del t_logits
         return grads[0] if len(grads) == 1 else self.mechanism.mean_of_normalised(grads)
+
+    def _student_forward_share(self) -> float:
+        """The share of released rows the student answers before the release (all but the first release of a
+        zero-head student: _student_answers_zero)."""
+        return (self.cfg.releases - 1) / self.cfg.releases if self.cfg.zero_head else 1.0
+
+    def _student_forward_seconds(self, x: torch.Tensor) -> float:
+        """Seconds per row of the student's forward pass on ``x`` (0 when no release runs it: nothing is timed)."""
+        if not self._student_forward_share():
+            return 0.0
+        with torch.no_grad():
+            return median_seconds(lambda: self.model(x)) / len(x)
 
     # ------------------------------------------------------------ what the operator sees
     def attach_holdout(self, n: Optional[int] = None) -> None:
@@ -311,9 +326,7 @@ class Dpdfd:
             teacher = median_seconds(lambda: self.teacher(x)) / n
         # the teacher phase also renders each row again (from z) and runs the student on it, except in the first release
         # of a zero-head student (_student_answers_zero)
-        student_runs = (cfg.releases - 1) / cfg.releases if cfg.zero_head else 1.0
-        with torch.no_grad():
-            teacher += (student_runs * median_seconds(lambda: self.model(x)) / n if student_runs else 0.0) + (render if self.store_z else 0.0)
+        teacher += self._student_forward_share() * self._student_forward_seconds(x) + (render if self.store_z else 0.0)
         twin = StudentModel(copy.deepcopy(self.student).train(), self.device, cfg.amp, LOCAL)
         opt = torch.optim.Adam(twin.module.parameters(), lr=0.0)
         size = min(self.chunk, cfg.source_minibatch if cfg.student_data == "sources" else cfg.minibatch)

@@ -20,21 +20,23 @@ from dpconvert.accounting.statements import NO_NOISE_WARNING, NOT_COVERED_GAN_QU
 from dpconvert.accounting.plans import DpdfdPlan
 
 from .dpdfd_options import (
-    DATA_FREE_DENOISE, PUBLIC_TARGETS, PER_IMAGE_BATCH, DpdfdOptions, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
+    DATA_FREE_DENOISE, PUBLIC_TARGETS, DpdfdOptions, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
     draw_prior_images, fixed_prior_images, device_kind, default_batch_size, default_epochs, engine_option_settings,
     default_minibatch, check_prior_name, check_generator_path, distinct_answers_warning, GAN_QUERIES, gan_images,
+    per_image_batch,
 )
 from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, register
 
 log = logging.getLogger("dpconvert")
 
 
-def check_release_memory(batch_size: int, spec) -> None:
-    """One release holds its B queries and its B×K rows (and their gradients) at once: a batch size that cannot fit in
-    this machine's memory is a one-line error from the plan, before anything is drawn."""
+def check_release_memory(batch_size: int, spec, query_floats: int) -> None:
+    """One release holds its B queries (``query_floats`` each: the image, or the z it is rendered from) and its B×K
+    rows at a few stages (the student's logits beside the rows, the noised rows, the targets) at once: a batch size that
+    cannot fit in this machine's memory is a one-line error from the plan, before anything is drawn."""
     import os
 
-    numbers = batch_size * (spec.channels * spec.height * spec.width + 2 * spec.num_classes)
+    numbers = batch_size * (query_floats + 4 * spec.num_classes)
     need = 4 * numbers  # float32
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -127,8 +129,11 @@ class Dpdfd(Method):
 
         per_image = public_targets(run, opts, spec) == "per-image"
         device_b = default_batch_size(spec, run.device)
-        batch_size = opts.batch_size or (max(PER_IMAGE_BATCH, device_b) if per_image else device_b)
-        check_release_memory(batch_size, spec)
+        batch_size = opts.batch_size or (max(per_image_batch(run, opts, spec), device_b) if per_image else device_b)
+        from dpconvert.generators.public_images import PublicImageSource
+
+        # per-image targets keep each view as its z (Dpdfd.store_z: sources), not as an image
+        check_release_memory(batch_size, spec, PublicImageSource.NZ if per_image else spec.channels * spec.height * spec.width)
         delta = units_delta(batch_size * opts.releases) if run.delta_is_default else run.delta  # δ ≤ 1/(B·T) by default
         if opts.disjoint_partitions and run.delta_is_default:  # record-level: δ also within the other methods' default for records
             delta = min(delta, DEFAULT_DELTA)
@@ -326,7 +331,7 @@ class Dpdfd(Method):
     def _engine_config(self, run, opts: DpdfdOptions, plan: DpdfdPlan, generator, teacher_spec, prior):
         from dpconvert.distill.config import DpdfdConfig
 
-        settings = dict(engine_option_settings(opts, teacher_spec, run.device), batch_size=plan.batch_size, sigma=plan.sigma,
+        settings = dict(engine_option_settings(opts, teacher_spec, run.device, run), batch_size=plan.batch_size, sigma=plan.sigma,
                         student_epochs=plan.student_epochs, seed=run.seed, prior_fraction=1.0 if generator is None else 0.5,
                         minibatch=default_minibatch(teacher_spec), student_data=PUBLIC_TARGETS[public_targets(run, opts, teacher_spec)],
                         amp=DEVICE_DEFAULTS[device_kind(run.device)].amp if opts.amp is None else (None if opts.amp == "off" else opts.amp))

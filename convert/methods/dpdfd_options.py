@@ -22,10 +22,15 @@ RELEASE_ROWS_DEFAULT = 2048  # the student's minibatch over released rows (small
 LARGE_INPUT_MINIBATCH = 64  # … and above 3×32×32: an ImageNet-sized student's activations for 2 048 rows would not fit
 PUBLIC_TARGETS = {"rows": "rows", "per-image": "sources"}  # `public_targets` → the engine's student_data
 PER_IMAGE_BATCH = 1_000_000  # per-image targets: rows per release by default (200 per image for 5 000 public images)
-# data-free default for 28×28-sized inputs (256 < C·H·W ≤ 1024): views of 2 500 fixed prior images, targets averaged per
-# image. Fashion-MNIST CNN teacher, ε = 1: 66.0 / 66.1 / 66.2 % on seeds 0–2 against 56.5 % for one target per prior
-# sample (benchmarks/RESULTS.md, table 2); not measured on other sizes, where the default stays one target per sample
-DEFAULT_PRIOR_IMAGES = 2500
+# data-free default for 28×28-sized inputs (256 < C·H·W ≤ 1024): views of 5 000 fixed prior images, 600 each (3 M rows),
+# targets averaged per image and shrunk towards a first student's answers (`shrink_to_student`). Fashion-MNIST CNN
+# teacher, ε = 1, δ = 1e-5: 72.2 / 73.8 / 71.6 % on seeds 0–2 (26–32 min alone on 2 CPU cores, 1.8 GB peak) against
+# 68.1 / 63.3 % for 1 M rows of 2 500 images with the same shrinkage and 62.3 / 63.9 % for the former default (1 M × 2 500,
+# no shrinkage); the held-out second teacher 66.3 % against 64.1 % (benchmarks/RESULTS.md, table 15). One target per
+# prior sample gave 56.5 % (table 2). Not measured on other sizes, where the default stays one target per sample
+DEFAULT_PRIOR_IMAGES = 5000
+DATA_FREE_PER_IMAGE_BATCH = 3_000_000
+DEFAULT_GAN_IMAGES = 2500  # `generator` dpgan: fixed GAN samples queried as views (methods/dpgan.py; RESULTS table 14)
 # their averaged targets are used as released, not shrunk by the empirical-Bayes mixture (`source_targets.DENOISERS`):
 # on prior images the mixture's components follow the few common classes and pull the rare ones into them (Fashion-MNIST
 # CNN teacher, ε = 1, 1 000 000 rows, seed 0: 59.3 % without it against 49.4 % with it; the simulation agreed, 63.6 against
@@ -67,13 +72,13 @@ class DpdfdOptions:
     # better on in-domain and on out-of-domain images, 85.0 vs 80.2 % and 48.7 vs 42.8 %; rows keeps more without noise
     # (σ = 0, out of domain: 72.1 vs 55.6 %) — benchmarks/RESULTS.md, table 3
     public_targets: Optional[str] = option(None, help="per-image (the views' targets averaged per image and denoised; B defaults to "
-                                           "1 000 000) or rows (one noisy target per view).", choices=tuple(PUBLIC_TARGETS),
+                                           "1 000 000, 3 000 000 for data-free prior images) or rows (one noisy target per view).", choices=tuple(PUBLIC_TARGETS),
                                            default_text="per-image with `public_data` or `prior_images`, else rows", plan=True)
     # data-free per-image targets: draw this many fixed images from the prior (from the seed) and query views of each one
     # many times, so their released targets can be averaged like public images'; None/0: one target per prior sample
     # (rows). None: DEFAULT_PRIOR_IMAGES for 28×28-sized inputs when nothing else is the query source, else 0
     prior_images: Optional[int] = option(None, help="Data-free per-image targets: N fixed images drawn from the prior, views of each queried "
-                                         "many times so their targets can be averaged (B defaults to 1 000 000); 0 turns it off. With "
+                                         "many times so their targets can be averaged (B defaults to 3 000 000); 0 turns it off. With "
                                          "`public_data`: N prior images beside the public ones.",
                                          default_text=f"{DEFAULT_PRIOR_IMAGES} for 28×28-sized inputs, else 0", plan=True)
     amp: Optional[str] = option(None, help="bf16 (teacher and student forward under bf16 autocast; the release stays fp32) or off.",
@@ -98,11 +103,13 @@ class DpdfdOptions:
                                 "out of domain it measured 48.7 % against 36.0 % without).", cli=False)
     # an ALIBI-style second pass ("Antipodes of Label Differential Privacy: PATE and ALIBI", Malek et al. 2021), all of it
     # post-processing of the released targets. Fashion-MNIST CNN teacher, ε = 1 (benchmarks/RESULTS.md, table 15): the
-    # product gained 1.3 points on the one seed measured both ways (62.3 → 63.6 %), the design simulation 1.0 and 8.2; off
-    # by default until three seeds and the held-out teacher have measured it both ways
-    shrink_to_student: bool = option(False, help="Per-image targets: train a first student, replace each averaged target by its posterior mean "
-                                     "under a Gaussian prior centred on that student's answer, then train the student again from its "
-                                     "initial weights on them (post-processing: no ε; about twice the student's time).")
+    # product gained 1.3 points on the one seed measured both ways (62.3 → 63.6 %), the design simulation 1.0 and 8.2; on
+    # by default for data-free prior images as part of the recipe measured on three seeds (DEFAULT_PRIOR_IMAGES), off
+    # for public images (their targets keep the empirical-Bayes denoiser, measured in domain)
+    shrink_to_student: Optional[bool] = option(None, help="Per-image targets: train a first student, replace each averaged target by its posterior "
+                                               "mean under a Gaussian prior centred on that student's answer, then train the student again from "
+                                               "its initial weights on them (post-processing: no ε; about twice the student's time).",
+                                               default_text="on for data-free prior images (`prior_images`), else off")
     new_sources_per_release: int = option(0, help="Per-image targets over several `releases`: each release queries views of this many new "
                                            "images, those the student is least sure about (0: every image in every release).", cli=False)
 
@@ -181,7 +188,25 @@ def public_targets(run, opts: DpdfdOptions, spec) -> str:
 
 def gan_images(opts: DpdfdOptions) -> int:
     """`generator` dpgan: how many fixed GAN samples are queried (as views, targets averaged per image)."""
-    return opts.prior_images or DEFAULT_PRIOR_IMAGES
+    return opts.prior_images or DEFAULT_GAN_IMAGES
+
+
+def data_free_images(run, opts: DpdfdOptions, spec) -> int:
+    """Fixed prior images whose per-image targets the student learns from in a data-free run (no public images, no
+    DP-critic GAN); 0 when the targets are something else."""
+    if run.public_data or opts.generator == GAN_QUERIES or public_targets(run, opts, spec) != "per-image":
+        return 0
+    return prior_images(run, opts, spec)
+
+
+def per_image_batch(run, opts: DpdfdOptions, spec) -> int:
+    """Rows per release for per-image targets: DATA_FREE_PER_IMAGE_BATCH for data-free prior images, else PER_IMAGE_BATCH."""
+    return DATA_FREE_PER_IMAGE_BATCH if data_free_images(run, opts, spec) else PER_IMAGE_BATCH
+
+
+def shrinks_to_student(run, opts: DpdfdOptions, spec) -> bool:
+    """`shrink_to_student` as given, else on for data-free prior images (the measured recipe), off otherwise."""
+    return opts.shrink_to_student if opts.shrink_to_student is not None else bool(data_free_images(run, opts, spec))
 
 
 def draw_prior_images(run, opts: DpdfdOptions, spec, n: int):
@@ -234,12 +259,14 @@ def default_student_lr(spec) -> float:
     return 4e-3 if _small(spec) else 2e-3
 
 
-def engine_option_settings(opts: "DpdfdOptions", spec, device: str = "cpu") -> dict:
-    """The engine's settings (``distill/config.DpdfdConfig``) that the user's options set, resolved for this teacher
-    and device: the options class holds their one default (the plan may still raise B for per-image targets)."""
+def engine_option_settings(opts: "DpdfdOptions", spec, device: str = "cpu", run=None) -> dict:
+    """The engine's settings (``distill/config.DpdfdConfig``) that the user's options set, resolved for this teacher,
+    device and ``run`` (its query sources; without one — tests, the design simulation — `shrink_to_student` is taken as
+    given): the options class holds their one default (the plan may still raise B for per-image targets)."""
+    shrink = shrinks_to_student(run, opts, spec) if run is not None else bool(opts.shrink_to_student)
     return dict(releases=opts.releases, batch_size=opts.batch_size or default_batch_size(spec, device), clip=opts.clip,
                 distill_loss=opts.distill_loss, logit_adjust=opts.logit_adjust, student_lr=opts.student_lr or default_student_lr(spec),
-                prior_pool=opts.prior_pool, new_sources_per_release=opts.new_sources_per_release, shrink_to_student=opts.shrink_to_student)
+                prior_pool=opts.prior_pool, new_sources_per_release=opts.new_sources_per_release, shrink_to_student=shrink)
 
 
 def default_minibatch(spec) -> int:
