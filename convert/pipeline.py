@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from .accounting.plans import Plan
+from .allocator import keep_freed_memory
 from .errors import DpconvertError, InternalError
 from .methods import METHODS, MethodOutput, choose_method
 from .options import RunOptions
@@ -81,6 +82,7 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
     world = current_world()
     if world.distributed:
         method.check_distributed(run, opts)
+    keep_freed_memory()  # convert/allocator.py: the release's chunks reuse the heap instead of faulting pages in again
     with Profile() as profile:
         with phase("load teacher"):
             teacher = load_teachers(teacher_source, load_options or LoadOptions(device=run.device))
@@ -88,12 +90,7 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
         if run.class_names is not None and len(run.class_names) != teacher.spec.num_classes:
             raise DpconvertError(f"`class_names` lists {len(run.class_names)} classes but the teacher has {teacher.spec.num_classes}",
                                  fix="list every class in label order", param="class_names")
-        eval_ds = None
-        if run.eval_data:
-            from dpconvert.io.data import load_data
-
-            with phase("load data"):
-                eval_ds = load_data(run.eval_data, teacher.spec, require_labels=True, **run.data_format())
+        eval_ds = _eval_data(run, teacher.spec)
         planned: list = []
         from dpconvert.context import RunContext
 
@@ -113,6 +110,16 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
     from dpconvert.zoo_cards import card_paths
 
     return ConvertResult(out, *card_paths(out), card, time.perf_counter() - start, result.rounds, name, profile.to_dict())
+
+
+def _eval_data(run: RunOptions, spec):
+    """The labelled evaluation images (`eval_data`), loaded before the long work; None without them."""
+    if not run.eval_data:
+        return None
+    from dpconvert.io.data import load_data
+
+    with phase("load data"):
+        return load_data(run.eval_data, spec, require_labels=True, **run.data_format())
 
 
 def teacher_card(source: str, teacher, run: RunOptions) -> Optional[tuple[dict, float]]:
