@@ -13,10 +13,20 @@ TEACHER_BATCH = 1024  # rows per teacher call (the teacher runs in inference mod
 INPUT_FLOATS_PER_CALL = 2**23  # and at most this many input floats per call (32 MB): 55 rows of 3×224×224
 
 
+# for inputs of up to 1 024 values, also keep a 64-channel activation at the input's size under glibc's largest mmap
+# threshold (32 MB): larger blocks are mapped and unmapped on every call, and each call faults their pages in again.
+# Measured on 28×28 (wide CNN teacher, 3 M-row release, 2 threads): 1 024 rows per call spent 57 % of a core in the
+# kernel (278 000 page faults/s), 128 rows 4 % (24 500/s) — benchmarks/RESULTS.md, table 15
+MMAP_CEILING_FLOATS, WIDE_CHANNELS = 2**23, 64
+
+
 def rows_per_call(pixels: int) -> int:
     """Rows per teacher/student call for inputs of ``pixels`` values: TEACHER_BATCH for small images, fewer for large ones
     (a 1 024-row call at 3×224×224 would hold gigabytes of activations)."""
-    return max(8, min(TEACHER_BATCH, INPUT_FLOATS_PER_CALL // max(pixels, 1)))
+    rows = min(TEACHER_BATCH, INPUT_FLOATS_PER_CALL // max(pixels, 1))
+    if pixels <= 1024:
+        rows = min(rows, MMAP_CEILING_FLOATS // (WIDE_CHANNELS * max(pixels, 1)))
+    return max(8, rows)
 
 
 def batched(fn: Callable, x: torch.Tensor, size: int) -> torch.Tensor:

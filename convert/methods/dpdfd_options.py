@@ -26,7 +26,7 @@ PER_IMAGE_BATCH = 1_000_000  # per-image targets: rows per release by default (2
 # targets averaged per image and shrunk towards a first student's answers (`shrink_to_student`). Fashion-MNIST CNN
 # teacher, ε = 1, δ = 1e-5: 72.2 / 73.8 / 71.6 % on seeds 0–2 (26–32 min alone on 2 CPU cores, 1.8 GB peak) against
 # 68.1 / 63.3 % for 1 M rows of 2 500 images with the same shrinkage and 62.3 / 63.9 % for the former default (1 M × 2 500,
-# no shrinkage); the held-out second teacher 66.3 % against 64.1 % (benchmarks/RESULTS.md, table 15). One target per
+# no shrinkage); the held-out second teacher 66.3 / 68.8 / 67.8 % against 64.1 % (benchmarks/RESULTS.md, table 15). One target per
 # prior sample gave 56.5 % (table 2). Not measured on other sizes, where the default stays one target per sample
 DEFAULT_PRIOR_IMAGES = 5000
 DATA_FREE_PER_IMAGE_BATCH = 3_000_000
