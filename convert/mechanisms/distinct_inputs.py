@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 import torch
 
+from dpconvert.distill.models import batched
 from dpconvert.errors import InternalError
 
 
@@ -61,13 +62,8 @@ def row_hash(flat: torch.Tensor) -> torch.Tensor:
         g = torch.Generator().manual_seed(0x5EED)
         _HASH_WEIGHTS[d] = torch.randint(1, 2**62, (d,), generator=g, dtype=torch.int64) | 1
     w = _HASH_WEIGHTS[d].to(flat.device)
-    # in chunks: the int64 copy of a whole release of 28×28 inputs would be 8 bytes per pixel (6 GB for a million);
-    # into one output, not a list joined at the end (distill/models.py's batched: the list fragments the heap)
-    out = torch.empty(len(flat), dtype=torch.int64, device=flat.device)
-    for start in range(0, len(flat), 16384):
-        c = flat[start:start + 16384]
-        out[start:start + len(c)] = (c.contiguous().view(torch.int32).to(torch.int64) * w).sum(1)
-    return out
+    # in chunks: the int64 copy of a whole release of 28×28 inputs would be 8 bytes per pixel (6 GB for a million)
+    return batched(lambda c: (c.contiguous().view(torch.int32).to(torch.int64) * w).sum(1), flat, 16384)
 
 
 class AnsweredInputs:

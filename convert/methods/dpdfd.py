@@ -125,13 +125,12 @@ class Dpdfd(Method):
 
     def plan(self, run, opts: DpdfdOptions, spec, queries: Optional[int] = None) -> DpdfdPlan:
         from dpconvert.accounting.planning import plan_dpdfd
+        from dpconvert.generators.public_images import PublicImageSource
         from dpconvert.options import DEFAULT_DELTA, units_delta
 
         per_image = public_targets(run, opts, spec) == "per-image"
         device_b = default_batch_size(spec, run.device)
         batch_size = opts.batch_size or (max(per_image_batch(run, opts, spec), device_b) if per_image else device_b)
-        from dpconvert.generators.public_images import PublicImageSource
-
         # per-image targets keep each view as its z (Dpdfd.store_z: sources), not as an image
         check_release_memory(batch_size, spec, PublicImageSource.NZ if per_image else spec.channels * spec.height * spec.width)
         delta = units_delta(batch_size * opts.releases) if run.delta_is_default else run.delta  # δ ≤ 1/(B·T) by default
