@@ -674,3 +674,82 @@ class _Counting:
 
     def __getattr__(self, name):
         return getattr(self._model, name)
+
+
+def test_the_time_budget_applies_to_data_free_prior_images_on_cpu_or_where_asked():
+    """B is sized to DEFAULT_TIME_BUDGET_MINUTES for data-free prior images on CPU in one process; a given `batch_size`,
+    public images, rows targets, another input size, a GPU or torchrun keep a fixed B; an explicit budget where it
+    cannot size anything is a one-line error."""
+    from types import SimpleNamespace
+
+    from dpconvert.errors import DpconvertError
+    from dpconvert.methods.dpdfd_options import DEFAULT_TIME_BUDGET_MINUTES, DpdfdOptions, time_budget_minutes
+
+    fmnist, digits = InputSpec(1, 28, 28, 10), InputSpec(1, 8, 8, 10)
+    plain, public = SimpleNamespace(public_data=None, device="cpu"), SimpleNamespace(public_data="pub.npz", device="cpu")
+    assert time_budget_minutes(plain, DpdfdOptions(), fmnist) == DEFAULT_TIME_BUDGET_MINUTES
+    assert time_budget_minutes(plain, DpdfdOptions(), fmnist, distributed=True) is None
+    assert time_budget_minutes(SimpleNamespace(public_data=None, device="cuda:0"), DpdfdOptions(), fmnist) is None
+    assert time_budget_minutes(plain, DpdfdOptions(batch_size=10_000), fmnist) is None
+    assert time_budget_minutes(public, DpdfdOptions(), fmnist) is None and time_budget_minutes(plain, DpdfdOptions(), digits) is None
+    assert time_budget_minutes(public, DpdfdOptions(time_budget=5), fmnist) == 5  # asked for: public images' rows too
+    assert time_budget_minutes(plain, DpdfdOptions(time_budget=2, prior_images=100), digits) == 2
+    with pytest.raises(DpconvertError, match="per-image"):
+        time_budget_minutes(plain, DpdfdOptions(time_budget=5), digits)
+    with pytest.raises(DpconvertError, match="torchrun"):
+        time_budget_minutes(plain, DpdfdOptions(time_budget=5), fmnist, distributed=True)
+    with pytest.raises(DpconvertError, match="one of them"):
+        DpdfdOptions(time_budget=5, batch_size=1000)
+    with pytest.raises(DpconvertError, match="minutes"):
+        DpdfdOptions(time_budget=0)
+
+
+def test_rows_for_a_budget_grow_with_the_teachers_speed_and_leave_the_students_time(monkeypatch):
+    """Queries and teacher scale with B, the student's passes over per-image targets do not; B is rounded down to the
+    step and kept within the bounds (independent arithmetic on a made-up estimate)."""
+    from dpconvert.methods import dpdfd_options as o
+
+    est = {"queries_seconds": 30.0, "teacher_seconds": 570.0, "student_seconds": 300.0}  # 200 µs per row at B = 3 M
+    budget = 25.0
+    expected = int((o.BUDGET_SHARE * 60 * budget - 300.0) / 200e-6) // o.BUDGET_ROWS_STEP * o.BUDGET_ROWS_STEP
+    assert o.rows_for_budget(est, budget, 3_000_000) == expected == 5_000_000  # 5.25 M rows fit: rounded down
+    twice_as_fast = {**est, "queries_seconds": 15.0, "teacher_seconds": 285.0}
+    assert o.rows_for_budget(twice_as_fast, budget, 3_000_000) == 10_500_000
+    assert o.rows_for_budget(est, 1.0, 3_000_000) == o.BUDGET_ROWS[0]  # less than the student's time: the floor
+    assert o.rows_for_budget({**est, "teacher_seconds": 0.0, "queries_seconds": 0.0}, budget, 3_000_000) == o.BUDGET_ROWS[1]
+
+
+def test_a_time_budget_sizes_b_from_the_measured_speed_and_the_card_and_plan_say_so(tmp_path, monkeypatch):
+    """`time_budget`: B is what the timed phases fit (within the patched bounds here: the product's are millions of rows),
+    the plan the run reports carries it and says how to repeat it, the card's mechanism records B and that it was timed,
+    and the audit recomputes ε from it."""
+    import json
+
+    import dpconvert
+    from dpconvert.methods import dpdfd_options as o
+
+    monkeypatch.setattr(o, "BUDGET_ROWS", (2_000, 6_000))
+    monkeypatch.setattr(o, "BUDGET_ROWS_STEP", 1_000)
+    plans = []
+    r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", eps=1, epochs=1, prior_images=50, time_budget=60.0,
+                          on_plan=plans.append)
+    card = json.loads(r.card_json.read_text())
+    m = card["mechanism"]
+    assert m["batch_size"] == 6_000 and m["device_defaults"]["batch_size_timed"] is True  # an hour fits the upper bound
+    assert plans[-1].batch_size == 6_000 and plans[-1].rows_sized
+    given = dpconvert.plan(eps=1.0, input_size=(1, 8, 8), batch_size=6_000, prior_images=50)  # as if B had been given
+    assert (plans[-1].sigma, plans[-1].delta) == (given.sigma, given.delta) == (m["sigma"], card["guarantee"]["delta"])
+    assert any("60-minute budget" in n and "`batch_size` 6000" in n for n in plans[-1].notes())
+    assert [a.passed for a in dpconvert.audit([str(r.out)])] == [True]
+    r = dpconvert.convert("builtin:digits", out=tmp_path / "t.onnx", eps=1, epochs=1, prior_images=50, time_budget=1e-4)
+    assert json.loads(r.card_json.read_text())["mechanism"]["batch_size"] == 2_000  # no time at all: the lower bound
+
+
+def test_the_plan_without_a_teacher_says_convert_will_size_b():
+    import dpconvert
+    from dpconvert.methods.dpdfd_options import DATA_FREE_PER_IMAGE_BATCH, DEFAULT_TIME_BUDGET_MINUTES
+
+    plan = dpconvert.plan(eps=1.0, input_size=(1, 28, 28))
+    assert plan.time_budget == DEFAULT_TIME_BUDGET_MINUTES and not plan.rows_sized and plan.batch_size == DATA_FREE_PER_IMAGE_BATCH
+    assert any("convert sizes B" in n for n in plan.notes())
+    assert dpconvert.plan(eps=1.0, input_size=(1, 8, 8)).time_budget is None

@@ -77,6 +77,8 @@ class DpdfdPlan(Plan):
     target_noise_to_signal: Optional[float] = None
     gan_sigma: Optional[float] = None  # `generator` dpgan: the DP critic's noise, and how many of its samples are queried
     gan_images: Optional[int] = None
+    time_budget: Optional[float] = None  # minutes B is sized to from the teacher's measured speed (convert), if it is
+    rows_sized: bool = False  # B above was sized to `time_budget` (convert); False: the plan's B is the reference
 
     def mechanism_rows(self) -> list[tuple[str, str]]:
         from dpconvert.zoo_cards.figures import eps_text
@@ -91,6 +93,18 @@ class DpdfdPlan(Plan):
         return rows
 
     def notes(self) -> list[str]:
+        return self._rows_notes() + self._target_notes()
+
+    def _rows_notes(self) -> list[str]:
+        if self.time_budget is None:
+            return []
+        if self.rows_sized:
+            return [f"B = {self.batch_size:,}: the answers that fit a {self.time_budget:g}-minute budget at this machine's measured speed "
+                    f"(`batch_size` {self.batch_size} repeats them anywhere; `time_budget` changes them)"]
+        return [f"convert sizes B to a {self.time_budget:g}-minute budget from the teacher's speed on this machine; B and the "
+                f"default δ above are for {self.batch_size:,} rows"]
+
+    def _target_notes(self) -> list[str]:
         if self.target_noise_to_signal is None:  # public images: counted when they are loaded
             return []
         a, nsr = self.answers_per_target, self.target_noise_to_signal

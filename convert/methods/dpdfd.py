@@ -23,29 +23,11 @@ from .dpdfd_options import (
     DATA_FREE_DENOISE, PUBLIC_TARGETS, DpdfdOptions, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
     draw_prior_images, fixed_prior_images, device_kind, default_batch_size, default_epochs, engine_option_settings,
     default_minibatch, check_prior_name, check_generator_path, distinct_answers_warning, GAN_QUERIES, gan_images,
-    per_image_batch,
+    per_image_batch, rows_for_budget, time_budget_minutes, check_release_memory,
 )
 from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, register
 
 log = logging.getLogger("dpconvert")
-
-
-def check_release_memory(batch_size: int, spec, query_floats: int) -> None:
-    """One release holds its B queries (``query_floats`` each: the image, or the z it is rendered from) and its B×K
-    rows at a few stages (the student's logits beside the rows, the noised rows, the targets) at once: a batch size that
-    cannot fit in this machine's memory is a one-line error from the plan, before anything is drawn."""
-    import os
-
-    numbers = batch_size * (query_floats + 4 * spec.num_classes)
-    need = 4 * numbers  # float32
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX memory count: no bound to state
-        return
-    if need > memory / 2:
-        fit = max(1, int(memory / 2 / (4 * numbers / batch_size)))
-        raise DpconvertError(f"`batch_size` {batch_size:,}: one release holds ≈ {need / 2**30:,.0f} GiB of queries and rows, more than half "
-                             f"this machine's memory ({memory / 2**30:.0f} GiB)", fix=f"give `batch_size` {fit:,} or less (ε does not depend on it)", param="batch_size")
 
 
 @register
@@ -139,6 +121,7 @@ class Dpdfd(Method):
         plan = plan_dpdfd(eps=run.eps, delta=delta, steps=opts.releases, batch_size=batch_size, noise_multiplier=run.noise_multiplier,
                           per_answer=opts.accounting == "per-answer", disjoint_teachers=opts.disjoint_partitions or 0)
         plan.student_epochs = opts.epochs or default_epochs(spec, run.device)
+        plan.time_budget = time_budget_minutes(run, opts, spec)  # `dpconvert plan`: convert sizes B (Dpdfd._budgeted_plan)
         images = prior_images(run, opts, spec) if per_image and not run.public_data else 0  # public images: counted when loaded
         if images or not per_image:  # what each target the student learns from averages (distill/verdict.py)
             plan.answers_per_target = batch_size * opts.releases / images if images else 1
@@ -160,6 +143,28 @@ class Dpdfd(Method):
                                    queries_record_level_epsilon=acc.queries_record_level_epsilon(delta=plan.delta),
                                    gan_sigma=acc.parts()[1].events[0].params["sigma"], gan_images=gan_images(opts))
 
+    def _budgeted_plan(self, ctx, run, opts: DpdfdOptions, teacher) -> DpdfdPlan:
+        """The plan, with B sized to the time budget where one applies (`time_budget`): a throwaway engine (the run's
+        models, nothing released, nothing drawn from the noise) times the teacher and the student here, and B is the
+        rows that fit. The plan then follows from that B as from a given one (δ = 1/(B·T) by default)."""
+        spec = teacher.spec
+        minutes = time_budget_minutes(run, opts, spec, ctx.world.distributed)
+        plan = self.plan(run, opts, spec)
+        if minutes is None:
+            return dataclasses.replace(plan, time_budget=None)
+        import torch
+
+        from dpconvert.accounting import ACCOUNTANTS
+        from dpconvert.mechanisms.dpdfd import Dpdfd as Engine
+
+        torch.manual_seed(run.seed)
+        student, _, prior, _, generator = self._models(run, opts, spec)
+        probe = Engine(teacher, student, generator, self._engine_config(run, opts, plan, generator, spec, prior),
+                       ACCOUNTANTS.get(self._accountant_name(opts))(), device=run.device, prior=prior, noise=ctx.noise, world=ctx.world)
+        rows = rows_for_budget(probe.estimate(), minutes, plan.batch_size)
+        return dataclasses.replace(self.plan(run, dataclasses.replace(opts, batch_size=rows, time_budget=None), spec),
+                                   time_budget=minutes, rows_sized=True)
+
     @staticmethod
     def _gan_epsilon(run, opts: DpdfdOptions) -> float:
         return opts.generator_eps if opts.generator_eps is not None else run.eps
@@ -179,7 +184,7 @@ class Dpdfd(Method):
                                  f"{'was' if teachers == 1 else 'were'} given", fix=f"give all {opts.disjoint_partitions} teacher files (or their folder)"
                                  + (f", or set `disjoint_partitions` {teachers}" if teachers > 1 else ""), param="disjoint_partitions")
         spec = teacher.spec
-        plan = self.plan(run, opts, spec)
+        plan = self._budgeted_plan(ctx, run, opts, teacher)
         run = dataclasses.replace(run, delta=plan.delta)  # the δ the plan resolved is the one every bound uses
         warnings = self._warnings(run, plan)
         if on_plan:
@@ -359,8 +364,8 @@ class Dpdfd(Method):
                             + (f", student-guided selection from a pool ×{cfg.prior_pool}" if cfg.prior_pool > 1 and opts.releases > 1 else ""),
             "config": cfg.to_dict(),
             "device_defaults": {"device": device_kind(run.device), "batch_size": opts.batch_size is None, "epochs": opts.epochs is None,
-                                "student": run.student is None,
-                                "amp": opts.amp is None},  # which settings came from DEVICE_DEFAULTS for this device
+                                "student": run.student is None, "amp": opts.amp is None,  # which settings came from DEVICE_DEFAULTS
+                                **({"batch_size_timed": True} if plan.rows_sized else {})},  # … or B from `time_budget` here
         }
 
 

@@ -27,9 +27,19 @@ PER_IMAGE_BATCH = 1_000_000  # per-image targets: rows per release by default (2
 # teacher, ε = 1, δ = 1e-5: 72.2 / 73.8 / 71.6 % on seeds 0–2 (26–32 min alone on 2 CPU cores, 1.8 GB peak) against
 # 68.1 / 63.3 % for 1 M rows of 2 500 images with the same shrinkage and 62.3 / 63.9 % for the former default (1 M × 2 500,
 # no shrinkage); the held-out second teacher 66.3 / 68.8 / 67.8 % against 64.1 % (benchmarks/RESULTS.md, table 15). One target per
-# prior sample gave 56.5 % (table 2). Not measured on other sizes, where the default stays one target per sample
+# prior sample gave 56.5 % (table 2). Not measured on other sizes, where the default stays one target per sample. On CPU in
+# one process B is sized to DEFAULT_TIME_BUDGET_MINUTES instead (below); DATA_FREE_PER_IMAGE_BATCH is B on a GPU, under
+# torchrun, and in `dpconvert plan`, which has no teacher to time
 DEFAULT_PRIOR_IMAGES = 5000
 DATA_FREE_PER_IMAGE_BATCH = 3_000_000
+# data-free prior images on CPU: B (rows per release) is sized to a time budget from the teacher's speed measured before
+# the run (Dpdfd._budgeted_plan), not fixed: a teacher twice as fast gets twice the answers, each target averages more of
+# them. Rounded down to BUDGET_ROWS_STEP so that a repeated run on the same machine asks for the same B; the plan prints
+# it and `batch_size` B repeats it anywhere. The bar this serves: a default run ≤ 30 min on 2 cores (benchmarks/RESULTS.md, table 15)
+DEFAULT_TIME_BUDGET_MINUTES = 25.0
+BUDGET_ROWS_STEP = 500_000
+BUDGET_ROWS = (1_000_000, 20_000_000)  # fewer answers than the lower bound make targets too noisy to be worth a run; the upper bound keeps one release's memory under 3 GB
+BUDGET_SHARE = 0.9  # of the budget for the phases the estimate times (export, evaluation and start-up take the rest)
 DEFAULT_GAN_IMAGES = 2500  # `generator` dpgan: fixed GAN samples queried as views (methods/dpgan.py; RESULTS table 14)
 # their averaged targets are used as released, not shrunk by the empirical-Bayes mixture (`source_targets.DENOISERS`):
 # on prior images the mixture's components follow the few common classes and pull the rare ones into them (Fashion-MNIST
@@ -48,7 +58,10 @@ class DpdfdOptions:
     releases: int = option(1, help="Noisy releases T; with per-answer accounting the query-level ε is one release's for any T.", flag="steps",
                            plan=True)
     batch_size: Optional[int] = option(None, help="Rows per release B (free for the query-level ε; the student's signal grows with √B).",
-                                       default_text="from the input size and device", plan=True)
+                                       default_text="from the input size and device (data-free prior images on CPU: sized to `time_budget`)", plan=True)
+    time_budget: Optional[float] = option(None, help="Minutes the run may take here: B is sized to them from the teacher's speed, timed "
+                                          "before the run (per-image targets; the plan prints B, and `batch_size` B repeats it).",
+                                          default_text=f"{DEFAULT_TIME_BUDGET_MINUTES:g} for data-free prior images on CPU, else off")
     clip: float = option(1.0, help="Row norm C of the normalised output gradients.")
     epochs: Optional[int] = option(None, help="Student passes over the released pairs after each release (per-image targets: passes over "
                                    "the images, 400 000 views in all by default).", default_text="from the input size")
@@ -72,13 +85,13 @@ class DpdfdOptions:
     # better on in-domain and on out-of-domain images, 85.0 vs 80.2 % and 48.7 vs 42.8 %; rows keeps more without noise
     # (σ = 0, out of domain: 72.1 vs 55.6 %) — benchmarks/RESULTS.md, table 3
     public_targets: Optional[str] = option(None, help="per-image (the views' targets averaged per image and denoised; B defaults to "
-                                           "1 000 000, 3 000 000 for data-free prior images) or rows (one noisy target per view).", choices=tuple(PUBLIC_TARGETS),
+                                           "1 000 000; for data-free prior images it is sized to `time_budget`) or rows (one noisy target per view).", choices=tuple(PUBLIC_TARGETS),
                                            default_text="per-image with `public_data` or `prior_images`, else rows", plan=True)
     # data-free per-image targets: draw this many fixed images from the prior (from the seed) and query views of each one
     # many times, so their released targets can be averaged like public images'; None/0: one target per prior sample
     # (rows). None: DEFAULT_PRIOR_IMAGES for 28×28-sized inputs when nothing else is the query source, else 0
     prior_images: Optional[int] = option(None, help="Data-free per-image targets: N fixed images drawn from the prior, views of each queried "
-                                         "many times so their targets can be averaged (B defaults to 3 000 000); 0 turns it off. With "
+                                         "many times so their targets can be averaged (B is sized to `time_budget`); 0 turns it off. With "
                                          "`public_data`: N prior images beside the public ones.",
                                          default_text=f"{DEFAULT_PRIOR_IMAGES} for 28×28-sized inputs, else 0", plan=True)
     amp: Optional[str] = option(None, help="bf16 (teacher and student forward under bf16 autocast; the release stays fp32) or off.",
@@ -120,6 +133,10 @@ class DpdfdOptions:
             raise DpconvertError(fix="`releases` must be >= 1", param="releases")
         if self.batch_size is not None and self.batch_size < 1:
             raise DpconvertError(fix="`batch_size` must be >= 1", param="batch_size")
+        if self.time_budget is not None and not (self.time_budget > 0 and math.isfinite(self.time_budget)):
+            raise DpconvertError(fix="`time_budget` must be a number of minutes > 0", param="time_budget")
+        if self.time_budget is not None and self.batch_size is not None:
+            raise DpconvertError("`time_budget` sizes `batch_size` from the teacher's speed", fix="give one of them", param="time_budget")
         if not self.clip > 0:
             raise DpconvertError(fix="`clip` must be > 0", param="clip")
         if self.epochs is not None and self.epochs < 1:
@@ -204,6 +221,31 @@ def per_image_batch(run, opts: DpdfdOptions, spec) -> int:
     return DATA_FREE_PER_IMAGE_BATCH if data_free_images(run, opts, spec) else PER_IMAGE_BATCH
 
 
+def time_budget_minutes(run, opts: DpdfdOptions, spec, distributed: bool = False) -> Optional[float]:
+    """Minutes B is sized to: `time_budget` as given, else DEFAULT_TIME_BUDGET_MINUTES for data-free prior images on CPU
+    in one process (the measured recipe); None where B is given or follows the input size."""
+    if opts.batch_size is not None:
+        return None
+    if opts.time_budget is not None:
+        if public_targets(run, opts, spec) != "per-image":
+            raise DpconvertError("`time_budget` sizes the rows of per-image targets", fix="give `batch_size` instead", param="time_budget")
+        if distributed:
+            raise DpconvertError("`time_budget` times the teacher in one process", fix="give `batch_size` under torchrun", param="time_budget")
+        return opts.time_budget
+    default = data_free_images(run, opts, spec) and device_kind(run.device) == "cpu" and not distributed
+    return DEFAULT_TIME_BUDGET_MINUTES if default else None
+
+
+def rows_for_budget(estimate: dict, minutes: float, batch_size: int) -> int:
+    """B that the timed phases of ``estimate`` (``mechanisms/dpdfd.Dpdfd.estimate``, made for ``batch_size`` rows) fit
+    into ``minutes``: queries and teacher grow with B, the student's passes over per-image targets do not. Rounded down
+    to BUDGET_ROWS_STEP, within BUDGET_ROWS."""
+    per_row = (estimate["queries_seconds"] + estimate["teacher_seconds"]) / batch_size
+    seconds = BUDGET_SHARE * 60 * minutes - estimate["student_seconds"]
+    rows = int(seconds / per_row) // BUDGET_ROWS_STEP * BUDGET_ROWS_STEP if per_row > 0 else BUDGET_ROWS[1]
+    return min(max(rows, BUDGET_ROWS[0]), BUDGET_ROWS[1])
+
+
 def shrinks_to_student(run, opts: DpdfdOptions, spec) -> bool:
     """`shrink_to_student` as given, else on for data-free prior images (the measured recipe), off otherwise."""
     return opts.shrink_to_student if opts.shrink_to_student is not None else bool(data_free_images(run, opts, spec))
@@ -233,6 +275,24 @@ def fixed_prior_images(run, opts: DpdfdOptions, spec, n: int):
     return (PublicImageSource(images, mix_prob=0.0, public=False),
             f"{PRIORS[name]}: {n} fixed images drawn from it (seed {run.seed}), views under sub-pixel shifts and flips; the "
             "released targets averaged per image — data-free")
+
+
+def check_release_memory(batch_size: int, spec, query_floats: int) -> None:
+    """One release holds its B queries (``query_floats`` each: the image, or the z it is rendered from) and its B×K
+    rows at a few stages (the student's logits beside the rows, the noised rows, the targets) at once: a batch size that
+    cannot fit in this machine's memory is a one-line error from the plan, before anything is drawn."""
+    import os
+
+    numbers = batch_size * (query_floats + 4 * spec.num_classes)
+    need = 4 * numbers  # float32
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX memory count: no bound to state
+        return
+    if need > memory / 2:
+        fit = max(1, int(memory / 2 / (4 * numbers / batch_size)))
+        raise DpconvertError(f"`batch_size` {batch_size:,}: one release holds ≈ {need / 2**30:,.0f} GiB of queries and rows, more than half "
+                             f"this machine's memory ({memory / 2**30:.0f} GiB)", fix=f"give `batch_size` {fit:,} or less (ε does not depend on it)", param="batch_size")
 
 
 def device_kind(device: str) -> str:
