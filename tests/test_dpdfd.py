@@ -704,23 +704,24 @@ def test_the_time_budget_applies_to_data_free_prior_images_on_cpu_or_where_asked
         DpdfdOptions(time_budget=0)
 
 
-def test_rows_for_a_budget_grow_with_the_teachers_speed_and_leave_the_students_time(monkeypatch):
-    """Queries and teacher scale with B, the student's passes over per-image targets do not; B is rounded down to the
-    step and kept within the bounds (independent arithmetic on a made-up estimate)."""
+def test_rows_for_a_budget_grow_with_the_teachers_speed_and_leave_the_students_time():
+    """Queries and teacher scale with B, the student's passes over per-image targets do not; B is the largest grid step
+    that fits (independent arithmetic on a made-up estimate)."""
     from dpconvert.methods import dpdfd_options as o
 
     est = {"queries_seconds": 30.0, "teacher_seconds": 570.0, "student_seconds": 300.0}  # 200 µs per row at B = 3 M
-    budget = 25.0
-    expected = int((o.BUDGET_SHARE * 60 * budget - 300.0) / 200e-6) // o.BUDGET_ROWS_STEP * o.BUDGET_ROWS_STEP
-    assert o.rows_for_budget(est, budget, 3_000_000) == expected == 5_000_000  # 5.25 M rows fit: rounded down
+    fits = (o.BUDGET_SHARE * 60 * 25.0 - 300.0) / 200e-6  # 5.25 M rows fit into 25 minutes
+    assert fits == pytest.approx(5_250_000)
+    assert o.rows_for_budget(est, 25.0, 3_000_000) == 4_000_000 == max(r for r in o.BUDGET_ROWS_GRID if r <= fits)
     twice_as_fast = {**est, "queries_seconds": 15.0, "teacher_seconds": 285.0}
-    assert o.rows_for_budget(twice_as_fast, budget, 3_000_000) == 10_500_000
-    assert o.rows_for_budget(est, 1.0, 3_000_000) == o.BUDGET_ROWS[0]  # less than the student's time: the floor
-    assert o.rows_for_budget({**est, "teacher_seconds": 0.0, "queries_seconds": 0.0}, budget, 3_000_000) == o.BUDGET_ROWS[1]
+    assert o.rows_for_budget(twice_as_fast, 25.0, 3_000_000) == 8_000_000  # 10.5 M fit
+    assert o.rows_for_budget(est, 1.0, 3_000_000) == o.BUDGET_ROWS_GRID[0] == 1_000_000  # less than the student's time
+    assert o.rows_for_budget({**est, "teacher_seconds": 0.0, "queries_seconds": 0.0}, 25.0, 3_000_000) == o.BUDGET_ROWS_GRID[-1]
+    assert all(b / a <= 1.5 for a, b in zip(o.BUDGET_ROWS_GRID, o.BUDGET_ROWS_GRID[1:]))  # no step loses more than a third
 
 
 def test_a_time_budget_sizes_b_from_the_measured_speed_and_the_card_and_plan_say_so(tmp_path, monkeypatch):
-    """`time_budget`: B is what the timed phases fit (within the patched bounds here: the product's are millions of rows),
+    """`time_budget`: B is what the timed phases fit (on a patched grid here: the product's steps are millions of rows),
     the plan the run reports carries it and says how to repeat it, the card's mechanism records B and that it was timed,
     and the audit recomputes ε from it."""
     import json
@@ -728,8 +729,7 @@ def test_a_time_budget_sizes_b_from_the_measured_speed_and_the_card_and_plan_say
     import dpconvert
     from dpconvert.methods import dpdfd_options as o
 
-    monkeypatch.setattr(o, "BUDGET_ROWS", (2_000, 6_000))
-    monkeypatch.setattr(o, "BUDGET_ROWS_STEP", 1_000)
+    monkeypatch.setattr(o, "BUDGET_ROWS_GRID", (2_000, 3_000, 6_000))
     plans = []
     r = dpconvert.convert("builtin:digits", out=tmp_path / "s.onnx", eps=1, epochs=1, prior_images=50, time_budget=60.0,
                           on_plan=plans.append)
@@ -742,7 +742,7 @@ def test_a_time_budget_sizes_b_from_the_measured_speed_and_the_card_and_plan_say
     assert any("60-minute budget" in n and "`batch_size` 6000" in n for n in plans[-1].notes())
     assert [a.passed for a in dpconvert.audit([str(r.out)])] == [True]
     r = dpconvert.convert("builtin:digits", out=tmp_path / "t.onnx", eps=1, epochs=1, prior_images=50, time_budget=1e-4)
-    assert json.loads(r.card_json.read_text())["mechanism"]["batch_size"] == 2_000  # no time at all: the lower bound
+    assert json.loads(r.card_json.read_text())["mechanism"]["batch_size"] == 2_000  # no time at all: the first step
 
 
 def test_the_plan_without_a_teacher_says_convert_will_size_b():

@@ -34,11 +34,12 @@ DEFAULT_PRIOR_IMAGES = 5000
 DATA_FREE_PER_IMAGE_BATCH = 3_000_000
 # data-free prior images on CPU: B (rows per release) is sized to a time budget from the teacher's speed measured before
 # the run (Dpdfd._budgeted_plan), not fixed: a teacher twice as fast gets twice the answers, each target averages more of
-# them. Rounded down to BUDGET_ROWS_STEP so that a repeated run on the same machine asks for the same B; the plan prints
-# it and `batch_size` B repeats it anywhere. The bar this serves: a default run ≤ 30 min on 2 cores (benchmarks/RESULTS.md, table 15)
+# them. B is the largest step of BUDGET_ROWS_GRID that fits (about 1.5× apart: a timing that is off by 15 % moves B by one
+# step at most, so a repeated run on the same machine mostly asks for the same B); the plan prints it and `batch_size` B
+# repeats it anywhere. The bar this serves: a default run ≤ 30 min on 2 cores (benchmarks/RESULTS.md, table 15)
 DEFAULT_TIME_BUDGET_MINUTES = 25.0
-BUDGET_ROWS_STEP = 500_000
-BUDGET_ROWS = (1_000_000, 20_000_000)  # fewer answers than the lower bound make targets too noisy to be worth a run; the upper bound keeps one release's memory under 3 GB
+# fewer than a million answers make targets too noisy to be worth a run; 20 M keeps one release's memory under ~8 GB
+BUDGET_ROWS_GRID = tuple(int(m * 1_000_000) for m in (1, 1.5, 2, 3, 4, 6, 8, 12, 16, 20))
 BUDGET_SHARE = 0.9  # of the budget for the phases the estimate times (export, evaluation and start-up take the rest)
 DEFAULT_GAN_IMAGES = 2500  # `generator` dpgan: fixed GAN samples queried as views (methods/dpgan.py; RESULTS table 14)
 # their averaged targets are used as released, not shrunk by the empirical-Bayes mixture (`source_targets.DENOISERS`):
@@ -238,12 +239,11 @@ def time_budget_minutes(run, opts: DpdfdOptions, spec, distributed: bool = False
 
 def rows_for_budget(estimate: dict, minutes: float, batch_size: int) -> int:
     """B that the timed phases of ``estimate`` (``mechanisms/dpdfd.Dpdfd.estimate``, made for ``batch_size`` rows) fit
-    into ``minutes``: queries and teacher grow with B, the student's passes over per-image targets do not. Rounded down
-    to BUDGET_ROWS_STEP, within BUDGET_ROWS."""
+    into ``minutes``: queries and teacher grow with B, the student's passes over per-image targets do not. The largest
+    step of BUDGET_ROWS_GRID that fits, and its first step where none does."""
     per_row = (estimate["queries_seconds"] + estimate["teacher_seconds"]) / batch_size
     seconds = BUDGET_SHARE * 60 * minutes - estimate["student_seconds"]
-    rows = int(seconds / per_row) // BUDGET_ROWS_STEP * BUDGET_ROWS_STEP if per_row > 0 else BUDGET_ROWS[1]
-    return min(max(rows, BUDGET_ROWS[0]), BUDGET_ROWS[1])
+    return max([rows for rows in BUDGET_ROWS_GRID if rows * per_row <= seconds], default=BUDGET_ROWS_GRID[0])
 
 
 def shrinks_to_student(run, opts: DpdfdOptions, spec) -> bool:
