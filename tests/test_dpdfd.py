@@ -718,6 +718,7 @@ def test_rows_for_a_budget_grow_with_the_teachers_speed_and_leave_the_students_t
     assert o.rows_for_budget(est, 1.0, 3_000_000) == o.BUDGET_ROWS_GRID[0] == 1_000_000  # less than the student's time
     assert o.rows_for_budget({**est, "teacher_seconds": 0.0, "queries_seconds": 0.0}, 25.0, 3_000_000) == o.BUDGET_ROWS_GRID[-1]
     assert all(b / a <= 1.5 for a, b in zip(o.BUDGET_ROWS_GRID, o.BUDGET_ROWS_GRID[1:]))  # no step loses more than a third
+    assert o.rows_for_budget({**est, "teacher_seconds": 0.0, "queries_seconds": 0.0}, 25.0, 3_000_000, most=5_000_000) == 4_000_000  # memory
 
 
 def test_a_time_budget_sizes_b_from_the_measured_speed_and_the_card_and_plan_say_so(tmp_path, monkeypatch):
@@ -753,3 +754,15 @@ def test_the_plan_without_a_teacher_says_convert_will_size_b():
     assert plan.time_budget == DEFAULT_TIME_BUDGET_MINUTES and not plan.rows_sized and plan.batch_size == DATA_FREE_PER_IMAGE_BATCH
     assert any("convert sizes B" in n for n in plan.notes())
     assert dpconvert.plan(eps=1.0, input_size=(1, 8, 8)).time_budget is None
+
+
+def test_a_release_larger_than_half_the_memory_is_refused_before_anything_is_drawn():
+    from dpconvert.errors import DpconvertError
+    from dpconvert.methods.dpdfd_options import check_release_memory, release_rows_that_fit
+
+    spec = InputSpec(1, 28, 28, 10)
+    fit = release_rows_that_fit(spec, 7)
+    check_release_memory(fit, spec, 7)
+    with pytest.raises(DpconvertError, match=f"give `batch_size` {fit:,} or less"):
+        check_release_memory(fit + 1, spec, 7)
+    assert release_rows_that_fit(spec, 784) < fit  # images held as pixels, not as z

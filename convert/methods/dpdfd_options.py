@@ -38,7 +38,8 @@ DATA_FREE_PER_IMAGE_BATCH = 3_000_000
 # step at most, so a repeated run on the same machine mostly asks for the same B); the plan prints it and `batch_size` B
 # repeats it anywhere. The bar this serves: a default run ≤ 30 min on 2 cores (benchmarks/RESULTS.md, table 15)
 DEFAULT_TIME_BUDGET_MINUTES = 25.0
-# fewer than a million answers make targets too noisy to be worth a run; 20 M keeps one release's memory under ~8 GB
+# fewer than a million answers make targets too noisy to be worth a run; 20 M rows of 28×28 views peak at ~10 GB (3.1 GB
+# measured at 6.5 M), and no step above a quarter of the machine's memory by `release_rows_that_fit`'s count is taken
 BUDGET_ROWS_GRID = tuple(int(m * 1_000_000) for m in (1, 1.5, 2, 3, 4, 6, 8, 12, 16, 20))
 BUDGET_SHARE = 0.9  # of the budget for the phases the estimate times (export, evaluation and start-up take the rest)
 DEFAULT_GAN_IMAGES = 2500  # `generator` dpgan: fixed GAN samples queried as views (methods/dpgan.py; RESULTS table 14)
@@ -237,13 +238,14 @@ def time_budget_minutes(run, opts: DpdfdOptions, spec, distributed: bool = False
     return DEFAULT_TIME_BUDGET_MINUTES if default else None
 
 
-def rows_for_budget(estimate: dict, minutes: float, batch_size: int) -> int:
+def rows_for_budget(estimate: dict, minutes: float, batch_size: int, most: Optional[int] = None) -> int:
     """B that the timed phases of ``estimate`` (``mechanisms/dpdfd.Dpdfd.estimate``, made for ``batch_size`` rows) fit
     into ``minutes``: queries and teacher grow with B, the student's passes over per-image targets do not. The largest
-    step of BUDGET_ROWS_GRID that fits, and its first step where none does."""
+    step of BUDGET_ROWS_GRID that fits (and is at most ``most``: memory), its first step where none does."""
     per_row = (estimate["queries_seconds"] + estimate["teacher_seconds"]) / batch_size
     seconds = BUDGET_SHARE * 60 * minutes - estimate["student_seconds"]
-    return max([rows for rows in BUDGET_ROWS_GRID if rows * per_row <= seconds], default=BUDGET_ROWS_GRID[0])
+    fits = [rows for rows in BUDGET_ROWS_GRID if rows * per_row <= seconds and (most is None or rows <= most)]
+    return max(fits, default=BUDGET_ROWS_GRID[0])
 
 
 def shrinks_to_student(run, opts: DpdfdOptions, spec) -> bool:
@@ -277,22 +279,26 @@ def fixed_prior_images(run, opts: DpdfdOptions, spec, n: int):
             "released targets averaged per image — data-free")
 
 
-def check_release_memory(batch_size: int, spec, query_floats: int) -> None:
-    """One release holds its B queries (``query_floats`` each: the image, or the z it is rendered from) and its B×K
-    rows at a few stages (the student's logits beside the rows, the noised rows, the targets) at once: a batch size that
-    cannot fit in this machine's memory is a one-line error from the plan, before anything is drawn."""
+def release_rows_that_fit(spec, query_floats: int) -> Optional[int]:
+    """The most rows one release may hold in half this machine's memory: its B queries (``query_floats`` each: the
+    image, or the z it is rendered from) and its B×K rows at a few stages (the student's logits beside the rows, the
+    noised rows, the targets) at once. None where the memory cannot be read (no bound to state)."""
     import os
 
-    numbers = batch_size * (query_floats + 4 * spec.num_classes)
-    need = 4 * numbers  # float32
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX memory count: no bound to state
-        return
-    if need > memory / 2:
-        fit = max(1, int(memory / 2 / (4 * numbers / batch_size)))
+    except (ValueError, OSError, AttributeError):
+        return None
+    return max(1, int(memory / 2 / (4 * (query_floats + 4 * spec.num_classes))))  # float32
+
+
+def check_release_memory(batch_size: int, spec, query_floats: int) -> None:
+    """A batch size that cannot fit in this machine's memory is a one-line error from the plan, before anything is drawn."""
+    fit = release_rows_that_fit(spec, query_floats)
+    if fit is not None and batch_size > fit:
+        need = 4 * batch_size * (query_floats + 4 * spec.num_classes)
         raise DpconvertError(f"`batch_size` {batch_size:,}: one release holds ≈ {need / 2**30:,.0f} GiB of queries and rows, more than half "
-                             f"this machine's memory ({memory / 2**30:.0f} GiB)", fix=f"give `batch_size` {fit:,} or less (ε does not depend on it)", param="batch_size")
+                             "this machine's memory", fix=f"give `batch_size` {fit:,} or less (ε does not depend on it)", param="batch_size")
 
 
 def device_kind(device: str) -> str:
