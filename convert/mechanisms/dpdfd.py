@@ -269,12 +269,12 @@ class Dpdfd:
         zero-head student: _student_answers_zero)."""
         return (self.cfg.releases - 1) / self.cfg.releases if self.cfg.zero_head else 1.0
 
-    def _student_forward_seconds(self, x: torch.Tensor) -> float:
+    def _student_forward_seconds(self, x: torch.Tensor, timing: Callable = median_seconds) -> float:
         """Seconds per row of the student's forward pass on ``x`` (0 when no release runs it: nothing is timed)."""
         if not self._student_forward_share():
             return 0.0
         with torch.no_grad():
-            return median_seconds(lambda: self.model(x)) / len(x)
+            return timing(lambda: self.model(x)) / len(x)
 
     # ------------------------------------------------------------ what the operator sees
     def attach_holdout(self, n: Optional[int] = None) -> None:
@@ -312,26 +312,27 @@ class Dpdfd:
         a = self.holdout_agreement()
         return "" if a is None else f"agreement {a:.2f}"
 
-    def estimate(self, probe: int = 256) -> dict:
+    def estimate(self, probe: int = 256, timing: Callable = median_seconds) -> dict:
         """What the run will cost on this machine, from timing the teacher and student steps on ``probe`` query inputs
         (a copy of the student: the run itself is unchanged). Each is timed repeatedly for a while and the median taken:
         one short timing on a loaded machine was off by up to 60× (a burst of the other load, or of thread start-up).
+        ``timing``: ``profiling.fastest_seconds`` for the machine's own speed (what a time budget is sized from).
         Console only: no private data is involved."""
         import copy
 
         cfg, n = self.cfg, min(probe, self.chunk)
         self.probe_inputs(2)  # warm-up
         x = self.probe_inputs(n)
-        render = median_seconds(lambda: self.probe_inputs(n)) / n  # once per released row, and per student sample rendered from z
+        render = timing(lambda: self.probe_inputs(n)) / n  # once per released row, and per student sample rendered from z
         # rows kept as z are hashed once more as views to keep them distinct (distinct_prior_draws): 6.5 M 28×28 rows spent
         # 197 s drawing queries where rendering alone was timed at 2 min
-        hashing = median_seconds(lambda: row_hash(flat_inputs(x, cfg.amp))) / n if self.store_z else 0.0
+        hashing = timing(lambda: row_hash(flat_inputs(x, cfg.amp))) / n if self.store_z else 0.0
         with torch.inference_mode(), self.model.autocast():
             self.teacher(x[:2])  # warm-up: lazy initialisation is not throughput
-            teacher = median_seconds(lambda: self.teacher(x)) / n
+            teacher = timing(lambda: self.teacher(x)) / n
         # the teacher phase also renders each row again (from z) and runs the student on it, except in the first release
         # of a zero-head student (_student_answers_zero)
-        teacher += self._student_forward_share() * self._student_forward_seconds(x) + (render if self.store_z else 0.0)
+        teacher += self._student_forward_share() * self._student_forward_seconds(x, timing) + (render if self.store_z else 0.0)
         twin = StudentModel(copy.deepcopy(self.student).train(), self.device, cfg.amp, LOCAL)
         opt = torch.optim.Adam(twin.module.parameters(), lr=0.0)
         size = min(self.chunk, cfg.source_minibatch if cfg.student_data == "sources" else cfg.minibatch)
@@ -343,7 +344,7 @@ class Dpdfd:
             opt.step()
 
         step()
-        student = median_seconds(step) / len(batch)
+        student = timing(step) / len(batch)
         rows, per_row = cfg.batch_size * cfg.releases, (self.prior.nz if self.store_z else x[0].numel())
         student += render if self.store_z else 0.0  # rows kept as z, or views of source images: rendered again for every sample
         return {"kind": "estimate", "probe": n, "queries_seconds": rows * (render + hashing), "teacher_seconds": rows * teacher / self.world.size,
