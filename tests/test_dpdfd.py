@@ -698,6 +698,8 @@ def test_the_time_budget_applies_to_data_free_prior_images_on_cpu_or_where_asked
         time_budget_minutes(plain, DpdfdOptions(time_budget=5), digits)
     with pytest.raises(DpconvertError, match="torchrun"):
         time_budget_minutes(plain, DpdfdOptions(time_budget=5), fmnist, distributed=True)
+    with pytest.raises(DpconvertError, match="dpgan"):
+        time_budget_minutes(plain, DpdfdOptions(time_budget=5, generator="dpgan"), fmnist)
     with pytest.raises(DpconvertError, match="one of them"):
         DpdfdOptions(time_budget=5, batch_size=1000)
     with pytest.raises(DpconvertError, match="minutes"):

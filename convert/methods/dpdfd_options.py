@@ -233,6 +233,9 @@ def time_budget_minutes(run, opts: DpdfdOptions, spec, distributed: bool = False
             raise DpconvertError("`time_budget` sizes the rows of per-image targets", fix="give `batch_size` instead", param="time_budget")
         if distributed:
             raise DpconvertError("`time_budget` times the teacher in one process", fix="give `batch_size` under torchrun", param="time_budget")
+        if opts.generator == GAN_QUERIES:  # the GAN is trained after B is fixed: its samples cannot be timed first
+            raise DpconvertError("`time_budget` times the data-free prior's or public images' views", fix="give `batch_size` with "
+                                 "`generator` dpgan", param="time_budget")
         return opts.time_budget
     default = data_free_images(run, opts, spec) and device_kind(run.device) == "cpu" and not distributed
     return DEFAULT_TIME_BUDGET_MINUTES if default else None
