@@ -17,9 +17,13 @@ a real run: the clean mean is over fewer views (a little extra variance, so the 
 * ``--logit-adjust both``: with and without the logit adjustment;
 * ``--import prior_variants``: candidate priors registered by a benchmark module (``--prior framed_fields``), and
   ``--prior a+b``: a mixture, n/k images from each.
+* ``--student``: another registered student; ``--input-size``/``--mean``/``--std``: as ``dpconvert``'s, for teachers
+  whose file does not say (the published CIFAR-10 model).
 
     python benchmarks/data_free_sim.py --teacher benchmarks/runs/fmnist_cnn.safetensors \
         --eval-data benchmarks/runs/fmnist_eval_last5k.npz --images 2500,10000 --eps 1,inf --seeds 0,1,2
+    python benchmarks/data_free_sim.py --teacher benchmarks/runs/fmnist_resnet34_64.safetensors --eval-data \
+        benchmarks/runs/fmnist_eval_last5k.npz --prior framed_fields --images 500 --rows 1.5e5 --denoise none --shrink
 """
 
 from __future__ import annotations
@@ -151,6 +155,10 @@ def main() -> None:
     p.add_argument("--loss", default="logits", choices=("logits", "ce", "kd"), help="L_T, whose output gradient each row is")
     p.add_argument("--kd-temperature", type=float, default=4.0)
     p.add_argument("--cache", default="/tmp/data_free_sim")
+    p.add_argument("--student", default=None, help="a registered student (default: the product's for the input)")
+    p.add_argument("--input-size", default=None, help="C,H,W for teachers whose file does not say (as dpconvert's)")
+    p.add_argument("--mean", default=None)
+    p.add_argument("--std", default=None)
     p.add_argument("--json")
     p.add_argument("--import", dest="imports", default="", help="modules that register candidate priors (prior_variants)")
     a = p.parse_args()
@@ -159,9 +167,15 @@ def main() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     cache = Path(a.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    teacher = load_teacher(a.teacher)
+    from dpconvert.io.teachers import LoadOptions
+    from dpconvert.io.spec import parse_size
+
+    floats = lambda v: tuple(float(x) for x in v.split(",")) if v else None  # noqa: E731
+    teacher = load_teacher(a.teacher, LoadOptions(input_size=parse_size(a.input_size) if a.input_size else None,
+                                                  mean=floats(a.mean), std=floats(a.std)))
     spec = teacher.spec
     data = load_data(a.eval_data, spec, require_labels=True)
+    student_name = a.student or default_student_name(spec)
     adjust = {"on": [True], "off": [False], "both": [True, False]}[a.logit_adjust]
     for seed in map(int, a.seeds.split(",")):
         for n in map(int, a.images.split(",")):
@@ -179,9 +193,9 @@ def main() -> None:
                     cfg = DpdfdConfig(**{**engine_option_settings(DpdfdOptions(), spec), "logit_adjust": la}, student_data="sources", seed=seed,
                                       student_samples=a.student_samples)
                     t1 = time.time()
-                    student, shift = train(spec, source, idx, targets, cfg, default_student_name(spec))
+                    student, shift = train(spec, source, idx, targets, cfg, student_name)
                     acc, plain = accuracy(student, data, shift)
-                    row = {"prior": a.prior, **({"loss": a.loss} if a.loss != "logits" else {}),
+                    row = {"prior": a.prior, "teacher": Path(a.teacher).name, "student": student_name, **({"loss": a.loss} if a.loss != "logits" else {}),
                            **({"kd_temperature": a.kd_temperature} if a.loss == "kd" else {}), "images": n, "rows": a.rows, "eps": eps, "delta": a.delta, "seed": seed, "logit_adjust": la,
                            "denoise": a.denoise, "student_samples": a.student_samples, "accuracy": round(acc, 4),
                            "accuracy_before_adjust": round(plain, 4),
@@ -189,11 +203,11 @@ def main() -> None:
                            "clean_s": round(t_clean, 1), "student_s": round(time.time() - t1, 1)}
                     if a.pool:
                         t2 = time.time()
-                        second, shift2 = train(spec, source, idx, pooled(student, source, idx, targets, a.pool), cfg, default_student_name(spec))
+                        second, shift2 = train(spec, source, idx, pooled(student, source, idx, targets, a.pool), cfg, student_name)
                         row.update(pool=a.pool, pooled_accuracy=round(accuracy(second, data, shift2)[0], 4), pool_s=round(time.time() - t2, 1))
                     if a.shrink:
                         t2 = time.time()
-                        second, shift2 = train(spec, source, idx, shrunk(student, source, idx, targets, var), cfg, default_student_name(spec))
+                        second, shift2 = train(spec, source, idx, shrunk(student, source, idx, targets, var), cfg, student_name)
                         row.update(shrink=True, shrunk_accuracy=round(accuracy(second, data, shift2)[0], 4), shrink_s=round(time.time() - t2, 1))
                     print(json.dumps(row), flush=True)
                     if a.json:

@@ -717,7 +717,10 @@ def test_rows_for_a_budget_grow_with_the_teachers_speed_and_leave_the_students_t
     assert o.rows_for_budget(est, 25.0, 3_000_000) == 4_000_000 == max(r for r in o.BUDGET_ROWS_GRID if r <= fits)
     twice_as_fast = {**est, "queries_seconds": 15.0, "teacher_seconds": 285.0}
     assert o.rows_for_budget(twice_as_fast, 25.0, 3_000_000) == 8_000_000  # 10.5 M fit
-    assert o.rows_for_budget(est, 1.0, 3_000_000) == o.BUDGET_ROWS_GRID[0] == 1_000_000  # less than the student's time
+    assert o.rows_for_budget(est, 1.0, 3_000_000) == o.BUDGET_ROWS_GRID[0] == 100_000  # less than the student's time
+    assert not o.budget_fits(est, 1.0, 3_000_000, 100_000) and o.budget_fits(est, 25.0, 3_000_000, 5_250_000)
+    slow = {**est, "teacher_seconds": 3_000_000 / 220}  # a 3×64×64 ResNet-34 on 2 cores: ~220 rows/s
+    assert o.rows_for_budget(slow, 25.0, 3_000_000) == 200_000  # (1 350 − 300) s at ~220 rows/s: ≈ 230 000 rows fit
     assert o.rows_for_budget({**est, "teacher_seconds": 0.0, "queries_seconds": 0.0}, 25.0, 3_000_000) == o.BUDGET_ROWS_GRID[-1]
     assert all(b / a <= 1.5 for a, b in zip(o.BUDGET_ROWS_GRID, o.BUDGET_ROWS_GRID[1:]))  # no step loses more than a third
     assert o.rows_for_budget({**est, "teacher_seconds": 0.0, "queries_seconds": 0.0}, 25.0, 3_000_000, most=5_000_000) == 4_000_000  # memory
@@ -744,8 +747,10 @@ def test_a_time_budget_sizes_b_from_the_measured_speed_and_the_card_and_plan_say
     assert (plans[-1].sigma, plans[-1].delta) == (given.sigma, given.delta) == (m["sigma"], card["guarantee"]["delta"])
     assert any("60-minute budget" in n and "`batch_size` 6000" in n for n in plans[-1].notes())
     assert [a.passed for a in dpconvert.audit([str(r.out)])] == [True]
-    r = dpconvert.convert("builtin:digits", out=tmp_path / "t.onnx", eps=1, epochs=1, prior_images=50, time_budget=1e-4)
-    assert json.loads(r.card_json.read_text())["mechanism"]["batch_size"] == 2_000  # no time at all: the first step
+    plans.clear()
+    r = dpconvert.convert("builtin:digits", out=tmp_path / "t.onnx", eps=1, epochs=1, prior_images=50, time_budget=1e-4, on_plan=plans.append)
+    assert json.loads(r.card_json.read_text())["mechanism"]["batch_size"] == 2_000  # no time at all: the first step …
+    assert plans[-1].over_budget and any("take longer than 0.0001 minutes" in n for n in plans[-1].notes())  # … and the plan says so
 
 
 def test_the_plan_without_a_teacher_says_convert_will_size_b():

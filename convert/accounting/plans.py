@@ -79,6 +79,7 @@ class DpdfdPlan(Plan):
     gan_images: Optional[int] = None
     time_budget: Optional[float] = None  # minutes B is sized to from the teacher's measured speed (convert), if it is
     rows_sized: bool = False  # B above was sized to `time_budget` (convert); False: the plan's B is the reference
+    over_budget: bool = False  # even the fewest rows `time_budget` sizes to take longer than it here
 
     def mechanism_rows(self) -> list[tuple[str, str]]:
         from dpconvert.zoo_cards.figures import eps_text
@@ -98,6 +99,9 @@ class DpdfdPlan(Plan):
     def _rows_notes(self) -> list[str]:
         if self.time_budget is None:
             return []
+        if self.over_budget:
+            return [f"B = {self.batch_size:,}, the fewest answers a budget sizes B to, take longer than {self.time_budget:g} minutes at this "
+                    "machine's measured speed (the estimate below): give a larger `time_budget`, a smaller `batch_size`, or a GPU"]
         if self.rows_sized:
             return [f"B = {self.batch_size:,}: the answers that fit a {self.time_budget:g}-minute budget at this machine's measured speed "
                     f"(`batch_size` {self.batch_size} repeats them anywhere; `time_budget` changes them)"]

@@ -23,7 +23,7 @@ from .dpdfd_options import (
     DATA_FREE_DENOISE, PUBLIC_TARGETS, DpdfdOptions, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
     draw_prior_images, fixed_prior_images, device_kind, default_batch_size, default_epochs, engine_option_settings,
     default_minibatch, check_prior_name, check_generator_path, distinct_answers_warning, GAN_QUERIES, gan_images,
-    per_image_batch, rows_for_budget, time_budget_minutes, check_release_memory, release_rows_that_fit,
+    per_image_batch, rows_for_budget, budget_fits, time_budget_minutes, check_release_memory, release_rows_that_fit,
 )
 from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, register
 
@@ -164,9 +164,10 @@ class Dpdfd(Method):
         probe = Engine(teacher, student, generator, self._engine_config(run, opts, plan, generator, spec, prior),
                        ACCOUNTANTS.get(self._accountant_name(opts))(), device=run.device, prior=prior, noise=ctx.noise, world=ctx.world)
         fit = release_rows_that_fit(spec, PublicImageSource.NZ)  # per-image targets keep each view as its z
-        rows = rows_for_budget(probe.estimate(timing=fastest_seconds), minutes, plan.batch_size, None if fit is None else fit // 2)
-        return dataclasses.replace(self.plan(run, dataclasses.replace(opts, batch_size=rows, time_budget=None), spec),
-                                   time_budget=minutes, rows_sized=True)
+        timed = probe.estimate(timing=fastest_seconds)
+        rows = rows_for_budget(timed, minutes, plan.batch_size, None if fit is None else fit // 2)
+        return dataclasses.replace(self.plan(run, dataclasses.replace(opts, batch_size=rows, time_budget=None), spec), time_budget=minutes,
+                                   rows_sized=True, over_budget=not budget_fits(timed, minutes, plan.batch_size, rows))
 
     @staticmethod
     def _gan_epsilon(run, opts: DpdfdOptions) -> float:

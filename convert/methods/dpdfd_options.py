@@ -40,7 +40,8 @@ DATA_FREE_PER_IMAGE_BATCH = 3_000_000
 DEFAULT_TIME_BUDGET_MINUTES = 25.0
 # fewer than a million answers make targets too noisy to be worth a run; 20 M rows of 28×28 views peak at ~10 GB (3.1 GB
 # measured at 6.5 M), and no step above a quarter of the machine's memory by `release_rows_that_fit`'s count is taken
-BUDGET_ROWS_GRID = tuple(int(m * 1_000_000) for m in (1, 1.5, 2, 3, 4, 6, 8, 12, 16, 20))
+# from 100 000 rows: a 3×64×64 ResNet-34 answers ~220 rows/s on 2 cores, so ~150 000 rows fit 25 minutes beside its student
+BUDGET_ROWS_GRID = tuple(int(m * 1_000_000) for m in (0.1, 0.15, 0.2, 0.3, 0.4, 0.6, 0.8, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 20))
 BUDGET_SHARE = 0.9  # of the budget for the phases the estimate times (export, evaluation and start-up take the rest)
 DEFAULT_GAN_IMAGES = 2500  # `generator` dpgan: fixed GAN samples queried as views (methods/dpgan.py; RESULTS table 14)
 # their averaged targets are used as released, not shrunk by the empirical-Bayes mixture (`source_targets.DENOISERS`):
@@ -245,10 +246,14 @@ def rows_for_budget(estimate: dict, minutes: float, batch_size: int, most: Optio
     """B that the timed phases of ``estimate`` (``mechanisms/dpdfd.Dpdfd.estimate``, made for ``batch_size`` rows) fit
     into ``minutes``: queries and teacher grow with B, the student's passes over per-image targets do not. The largest
     step of BUDGET_ROWS_GRID that fits (and is at most ``most``: memory), its first step where none does."""
-    per_row = (estimate["queries_seconds"] + estimate["teacher_seconds"]) / batch_size
-    seconds = BUDGET_SHARE * 60 * minutes - estimate["student_seconds"]
-    fits = [rows for rows in BUDGET_ROWS_GRID if rows * per_row <= seconds and (most is None or rows <= most)]
+    fits = [rows for rows in BUDGET_ROWS_GRID if budget_fits(estimate, minutes, batch_size, rows) and (most is None or rows <= most)]
     return max(fits, default=BUDGET_ROWS_GRID[0])
+
+
+def budget_fits(estimate: dict, minutes: float, batch_size: int, rows: int) -> bool:
+    """Whether ``rows`` answers and the student fit BUDGET_SHARE of ``minutes`` at the speed ``estimate`` timed."""
+    per_row = (estimate["queries_seconds"] + estimate["teacher_seconds"]) / batch_size
+    return rows * per_row <= BUDGET_SHARE * 60 * minutes - estimate["student_seconds"]
 
 
 def shrinks_to_student(run, opts: DpdfdOptions, spec) -> bool:
