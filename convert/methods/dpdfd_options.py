@@ -38,9 +38,10 @@ DATA_FREE_PER_IMAGE_BATCH = 3_000_000
 # step at most, so a repeated run on the same machine mostly asks for the same B); the plan prints it and `batch_size` B
 # repeats it anywhere. The bar this serves: a default run ≤ 30 min on 2 cores (benchmarks/RESULTS.md, table 15)
 DEFAULT_TIME_BUDGET_MINUTES = 25.0
-# fewer than a million answers make targets too noisy to be worth a run; 20 M rows of 28×28 views peak at ~10 GB (3.1 GB
-# measured at 6.5 M), and no step above a quarter of the machine's memory by `release_rows_that_fit`'s count is taken
-# from 100 000 rows: a 3×64×64 ResNet-34 answers ~220 rows/s on 2 cores, so ~150 000 rows fit 25 minutes beside its student
+# from 100 000 rows: a 3×64×64 ResNet-34 answers ~220 rows/s on 2 cores, so 150 000–200 000 rows fit 25 minutes beside
+# its student (fewer answers per image make noisier targets: the plan prints their noise-to-signal); 20 M rows of 28×28
+# views peak at ~10 GB (3.1 GB measured at 6.5 M), and no step above a quarter of the machine's memory by
+# `release_rows_that_fit`'s count is taken
 BUDGET_ROWS_GRID = tuple(int(m * 1_000_000) for m in (0.1, 0.15, 0.2, 0.3, 0.4, 0.6, 0.8, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 20))
 BUDGET_SHARE = 0.9  # of the budget for the phases the estimate times (export, evaluation and start-up take the rest)
 DEFAULT_GAN_IMAGES = 2500  # `generator` dpgan: fixed GAN samples queried as views (methods/dpgan.py; RESULTS table 14)
