@@ -20,6 +20,8 @@ STREAMS = {
     "holdout": 2000,  # DPDFD's held-out synthetic batch (the operator's progress display only)
     "prior_images": 3000,  # DPDFD's fixed prior images (data-free per-image targets)
     "gan_images": 3001,  # DPDFD's fixed samples of the DP-critic GAN (`generator` dpgan)
+    "prior_trial": 3002,  # DPDFD's prior trial: its images (methods/prior_trial.py)
+    "prior_trial_views": 3003,  # … and its query stream (the views of them it asks)
 }
 # Private-kNN's in-run query generator is a whole DPDFD run of its own, seeded with seed + this: its streams sit at
 # seed + SUB_RUN_SHIFT + offset, above every stream of the run that starts it

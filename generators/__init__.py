@@ -11,6 +11,7 @@ from __future__ import annotations
 from . import dafl as _dafl  # noqa: F401  (registers its architectures)
 from . import dcgan as _dcgan  # noqa: F401
 from . import natural_images as _natural_images  # noqa: F401
+from . import prior_mixture as _prior_mixture  # noqa: F401
 from . import random_fields as _random_fields  # noqa: F401
 from .registry import GENERATORS, PRIORS, create_generator, default_prior_name
 

@@ -133,3 +133,16 @@ def sample_labelled(generator: torch.nn.Module, n: int, num_classes: int, rng: t
 def sample_queries(generator: torch.nn.Module, n: int, num_classes: int, rng: torch.Generator, batch: int = 1024) -> torch.Tensor:
     """n inputs G(z, c) (the classes drawn as in :func:`sample_labelled` and dropped: the teacher labels queries)."""
     return sample_labelled(generator, n, num_classes, rng, batch)[0]
+
+
+def dpdfd_generator_cost(accountant, teacher, delta: float, mechanism: dict):
+    """What a DPDFD-trained generator cost: the run's events, its teacher, and the mechanism facts its ε rests on. The
+    events are recorded for the composed accountant (a valid bound for any run; a card that reuses the generator
+    composes its cost with other mechanisms' events), so the ε recorded is the composed one."""
+    from dpconvert.accounting import DpdfdAccountant
+
+    composed = DpdfdAccountant(events=list(accountant.events))
+    return GeneratorCost(composed.state_dict(), "query", teacher.sha256, composed.epsilon(delta=delta), delta,
+                         {k: mechanism[k] for k in COST_MECHANISM_KEYS})
+
+

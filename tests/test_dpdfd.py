@@ -545,19 +545,26 @@ def test_prior_images_are_never_counted_as_public_sources():
     assert bool((src.base_index(torch.randn(5000, 7)) >= 6).any())  # …but their targets are still averaged per image
 
 
-def test_fixed_prior_images_are_the_default_for_28x28_inputs_only():
-    """The measured default (5 000 fixed prior images) applies to 28×28-sized inputs with no other query source; an
-    explicit value, public images, a generator, `rows` or another input size keep one target per prior sample."""
+def test_fixed_prior_images_are_the_default_above_8x8_inputs():
+    """The measured default (5 000 fixed prior images) applies to 28×28-sized inputs with no other query source, and
+    B/300 of them to larger ones; an explicit value, public images, a generator, `rows` or 8×8 inputs keep one target
+    per prior sample."""
     from types import SimpleNamespace
 
-    from dpconvert.methods.dpdfd_options import DEFAULT_PRIOR_IMAGES, DpdfdOptions, prior_images, public_targets
+    from dpconvert.methods.dpdfd_options import (DATA_FREE_PER_IMAGE_BATCH, DEFAULT_PRIOR_IMAGES, LARGE_INPUT_MIN_IMAGES,
+                                                 LARGE_INPUT_VIEWS_PER_IMAGE, DpdfdOptions, prior_images, public_targets)
 
     fmnist, digits = InputSpec(1, 28, 28, 10), InputSpec(1, 8, 8, 10)
     plain, public = SimpleNamespace(public_data=None), SimpleNamespace(public_data="pub.npz")
     assert prior_images(plain, DpdfdOptions(), fmnist) == DEFAULT_PRIOR_IMAGES
     assert public_targets(plain, DpdfdOptions(), fmnist) == "per-image"
     assert prior_images(plain, DpdfdOptions(), digits) == 0 and public_targets(plain, DpdfdOptions(), digits) == "rows"
-    assert prior_images(plain, DpdfdOptions(), InputSpec(3, 32, 32, 10)) == 0
+    large = InputSpec(3, 64, 64, 10)  # above 28×28-sized: as many images as give each LARGE_INPUT_VIEWS_PER_IMAGE views of B
+    assert prior_images(plain, DpdfdOptions(), large, 150_000) == 150_000 // LARGE_INPUT_VIEWS_PER_IMAGE
+    assert prior_images(plain, DpdfdOptions(), large, 1000) == LARGE_INPUT_MIN_IMAGES
+    assert prior_images(plain, DpdfdOptions(), large) == DATA_FREE_PER_IMAGE_BATCH // LARGE_INPUT_VIEWS_PER_IMAGE
+    assert public_targets(plain, DpdfdOptions(), large) == "per-image" and prior_images(public, DpdfdOptions(), large) == 0
+    assert prior_images(plain, DpdfdOptions(), InputSpec(3, 224, 224, 10), 150_000) == 0  # too slow here for 100 000 rows
     assert prior_images(plain, DpdfdOptions(prior_images=0), fmnist) == 0
     assert prior_images(plain, DpdfdOptions(prior_images=300), digits) == 300
     assert prior_images(public, DpdfdOptions(), fmnist) == 0

@@ -41,6 +41,25 @@ def test_the_natural_prior_is_deterministic_sized_and_names_its_images():
     assert grey(torch.randn(8, grey.nz)).shape == (8, 1, 28, 28)
 
 
+def test_the_prior_mixture_renders_each_row_by_its_family_and_names_both():
+    """`fields_and_crops`: Φ(z₀) picks the family (½ each); the rest of z is that family's own latent, so each row is
+    exactly what the family itself renders, and the card's description names both (the photographs' licences too)."""
+    from dpconvert.generators import PRIORS, create_generator
+    from dpconvert.generators.natural_images import IMAGES
+
+    spec = InputSpec(3, 32, 32, 10, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    mix, fields, crops = (create_generator(n, spec) for n in ("fields_and_crops", "framed_fields", "natural_crops"))
+    z = torch.randn(400, mix.nz, generator=torch.Generator().manual_seed(3))
+    x, which = mix(z), mix.family(z)
+    assert torch.equal(x, mix(z)) and mix.nz == 1 + max(fields.nz, crops.nz)
+    assert 0.4 < which.float().mean() < 0.6
+    for k, part in enumerate((fields, crops)):
+        rows = which == k
+        assert torch.allclose(x[rows], part(z[rows, 1:1 + part.nz]))
+    assert PRIORS["framed_fields"] in PRIORS["fields_and_crops"]
+    assert all(i.name in PRIORS["fields_and_crops"] and i.licence in PRIORS["fields_and_crops"] for i in IMAGES)
+
+
 def test_a_default_run_prints_the_verdict_and_its_card_carries_it(cli, tmp_path):
     code, out, err = cli("builtin:digits", "--steps", "1", "--batch-size", "1500", "--epochs", "1", "--out", tmp_path / "s.onnx")
     assert code == 0, err

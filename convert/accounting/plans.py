@@ -80,6 +80,7 @@ class DpdfdPlan(Plan):
     time_budget: Optional[float] = None  # minutes B is sized to from the teacher's measured speed (convert), if it is
     rows_sized: bool = False  # B above was sized to `time_budget` (convert); False: the plan's B is the reference
     over_budget: bool = False  # even the fewest rows `time_budget` sizes to take longer than it here
+    prior_trial_rows: int = 0  # rows of the prior trial's release before the main one (methods/prior_trial.py)
 
     def mechanism_rows(self) -> list[tuple[str, str]]:
         from dpconvert.zoo_cards.figures import eps_text
@@ -88,6 +89,8 @@ class DpdfdPlan(Plan):
                 ("batch size B", str(self.batch_size))]
         if self.teachers is not None:
             rows.append(("teachers n (disjoint partitions)", str(self.teachers)))
+        if self.prior_trial_rows:
+            rows.append(("prior trial rows (before T)", f"{self.prior_trial_rows:,}"))
         if self.queries_record_level_epsilon is not None:  # `generator` dpgan: the GAN's own record-level scope
             rows += [("DP-critic GAN σ", f"{self.gan_sigma:.4f}"), ("GAN samples queried", str(self.gan_images)),
                      ("queries' record-level ε", eps_text(self.queries_record_level_epsilon))]

@@ -27,7 +27,8 @@ ACCOUNTING_KEYS = {"accountant", "epsilons", "cross_check", "libraries", "calibr
 NOISE_KEYS = {"noise_rng", "noise_secret"}
 DPDFD_KEYS = {"method", "sigma", "clip", "batch_size", "releases", "distill_loss", "distinct_inputs", "query_source", "config",
               "method_choice", "public_images", "device_defaults", "distinct_across_releases", "max_answers_per_input", "teachers",
-              "disjoint_partitions", "query_generator"} | NOISE_KEYS
+              "disjoint_partitions", "query_generator", "prior_trial"} | NOISE_KEYS
+PRIOR_TRIAL_KEYS = {"rows", "families", "images_per_family", "views_per_image", "effective_classes", "chosen"}
 DPDFD_REQUIRED = {"method", "sigma", "clip", "batch_size", "releases", "distinct_inputs", "config"} | NOISE_KEYS
 PKNN_KEYS = {"method", "k", "sampling_rate", "sampling", "sigma1", "threshold", "sigma2", "queries_asked", "queries_answered", "rounds",
              "features", "knn_search", "public_queries", "query_source", "labels", "config", "method_choice", "query_generator"} | NOISE_KEYS
@@ -318,6 +319,7 @@ CHECKS: Registry[Callable] = Registry("card check")
 
 def _check_dpdfd_block(p: Problems, m: dict, events: list, where: str, *, required: set, allowed: set) -> None:
     p.keys(m, where, allowed, required)
+    events = _without_prior_trial(p, m, events, where)
     releases = sum(e.count for e in events)
     p.check(releases >= 1, where, "no release events")
     for e in events:
@@ -335,6 +337,32 @@ def _check_dpdfd_block(p: Problems, m: dict, events: list, where: str, *, requir
                 _same(p, cfg, key, e.params.get(key), f"{where}.config")
         if "releases" in cfg:
             p.check(cfg["releases"] == releases, f"{where}.config.releases", f"{cfg['releases']!r} but the events count {releases} releases")
+
+
+def _without_prior_trial(p: Problems, m: dict, events: list, where: str) -> list:
+    """A prior trial (methods/prior_trial.py) is the first release event: one release of `prior_trial.rows` rows at
+    the block's σ and C, before the T releases the rest of the block describes. Its rows count in the record-level
+    composition like any other (the accountant composes every event); the family it chose is the one whose released
+    targets named the most classes. The events after it are returned for the block's own checks."""
+    trial = m.get("prior_trial")
+    if trial is None:
+        return events
+    at = f"{where}.prior_trial"
+    if not p.check(isinstance(trial, dict), at, "must be an object"):
+        return events
+    p.keys(trial, at, PRIOR_TRIAL_KEYS, PRIOR_TRIAL_KEYS)
+    first = events[0] if events else None
+    ok = first is not None and first.count == 1 and first.params.get("batch_size") == trial.get("rows")
+    if not p.check(ok, at, f"the first release event is not the trial's one release of {trial.get('rows')!r} rows"):
+        return events
+    for key in ("sigma", "clip"):
+        _same(p, m, key, first.params.get(key), at)
+    families, scores, chosen = trial.get("families"), trial.get("effective_classes"), trial.get("chosen")
+    ok = isinstance(families, list) and isinstance(scores, list) and len(families) == len(scores) > 0
+    if p.check(ok and all(isinstance(v, (int, float)) for v in scores), f"{at}.effective_classes", "must give a number for each family"):
+        p.check(chosen in families and scores[families.index(chosen)] == max(scores), f"{at}.chosen",
+                f"{chosen!r} is not the family whose released targets named the most classes")
+    return events[1:]
 
 
 def _check_method_name(p: Problems, m: dict, data: dict, name: str, events: str) -> None:

@@ -23,9 +23,11 @@ from .dpdfd_options import (
     DATA_FREE_DENOISE, PUBLIC_TARGETS, DpdfdOptions, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
     draw_prior_images, fixed_prior_images, device_kind, default_batch_size, default_epochs, engine_option_settings,
     default_minibatch, check_prior_name, check_generator_path, distinct_answers_warning, GAN_QUERIES, gan_images,
-    per_image_batch, rows_for_budget, budget_fits, time_budget_minutes, check_release_memory, release_rows_that_fit,
+    per_image_batch, rows_for_budget, budget_fits, BUDGET_ROWS_GRID, time_budget_minutes, check_release_memory, release_rows_that_fit,
 )
 from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, register
+from .dpgan import gan_card_info, gan_query_source
+from .prior_trial import prior_trial, trial_applies, trial_rows
 
 log = logging.getLogger("dpconvert")
 
@@ -106,6 +108,7 @@ class Dpdfd(Method):
                 raise DpconvertError("`generator` dpgan makes the queries from the DP-critic GAN", fix=f"drop {name}", param="generator")
 
     def plan(self, run, opts: DpdfdOptions, spec, queries: Optional[int] = None) -> DpdfdPlan:
+        from dpconvert.accounting.dpdfd import epsilon as dpdfd_epsilon
         from dpconvert.accounting.planning import plan_dpdfd
         from dpconvert.generators.public_images import PublicImageSource
         from dpconvert.options import DEFAULT_DELTA, units_delta
@@ -115,14 +118,18 @@ class Dpdfd(Method):
         batch_size = opts.batch_size or (max(per_image_batch(run, opts, spec), device_b) if per_image else device_b)
         # per-image targets keep each view as its z (Dpdfd.store_z: sources), not as an image
         check_release_memory(batch_size, spec, PublicImageSource.NZ if per_image else spec.channels * spec.height * spec.width)
-        delta = units_delta(batch_size * opts.releases) if run.delta_is_default else run.delta  # δ ≤ 1/(B·T) by default
+        trial = trial_rows(run, opts, spec)  # the prior trial's answers (methods/prior_trial.py), before the main release
+        delta = units_delta(batch_size * opts.releases + trial) if run.delta_is_default else run.delta  # δ ≤ 1/answers by default
         if opts.disjoint_partitions and run.delta_is_default:  # record-level: δ also within the other methods' default for records
             delta = min(delta, DEFAULT_DELTA)
         plan = plan_dpdfd(eps=run.eps, delta=delta, steps=opts.releases, batch_size=batch_size, noise_multiplier=run.noise_multiplier,
                           per_answer=opts.accounting == "per-answer", disjoint_teachers=opts.disjoint_partitions or 0)
+        if trial:  # its rows compose with the others in the record-level worst case (same σ: one Gaussian over all rows)
+            plan = dataclasses.replace(plan, prior_trial_rows=trial, record_level_epsilon=dpdfd_epsilon(
+                sigma=plan.sigma, steps=1, delta=delta, batch_size=batch_size * opts.releases + trial, scope="record"))
         plan.student_epochs = opts.epochs or default_epochs(spec, run.device)
         plan.time_budget = time_budget_minutes(run, opts, spec)  # `dpconvert plan`: convert sizes B (Dpdfd._budgeted_plan)
-        images = prior_images(run, opts, spec) if per_image and not run.public_data else 0  # public images: counted when loaded
+        images = prior_images(run, opts, spec, batch_size) if per_image and not run.public_data else 0  # public images: counted when loaded
         if images or not per_image:  # what each target the student learns from averages (distill/verdict.py)
             plan.answers_per_target = batch_size * opts.releases / images if images else 1
             plan.target_noise_to_signal = spec.num_classes * plan.sigma ** 2 / plan.answers_per_target
@@ -160,26 +167,53 @@ class Dpdfd(Method):
         from dpconvert.profiling import fastest_seconds
 
         torch.manual_seed(run.seed)
-        student, _, prior, _, generator = self._models(run, opts, spec)
+        student, _, prior, _, generator = self._models(run, opts, spec, rows=BUDGET_ROWS_GRID[0])  # few images: only timed
         probe = Engine(teacher, student, generator, self._engine_config(run, opts, plan, generator, spec, prior),
                        ACCOUNTANTS.get(self._accountant_name(opts))(), device=run.device, prior=prior, noise=ctx.noise, world=ctx.world)
         fit = release_rows_that_fit(spec, PublicImageSource.NZ)  # per-image targets keep each view as its z
         timed = probe.estimate(timing=fastest_seconds)
-        rows = rows_for_budget(timed, minutes, plan.batch_size, None if fit is None else fit // 2)
+        trial = trial_rows(run, opts, spec)
+        rows = rows_for_budget(timed, minutes, plan.batch_size, None if fit is None else fit // 2, also_rows=trial)
         return dataclasses.replace(self.plan(run, dataclasses.replace(opts, batch_size=rows, time_budget=None), spec), time_budget=minutes,
-                                   rows_sized=True, over_budget=not budget_fits(timed, minutes, plan.batch_size, rows))
+                                   rows_sized=True, over_budget=not budget_fits(timed, minutes, plan.batch_size, rows + trial))
+
+    def _accountant(self, opts: DpdfdOptions, gan):
+        from dpconvert.accounting import ACCOUNTANTS
+
+        accountant = ACCOUNTANTS.get(self._accountant_name(opts))()
+        if gan is not None:  # the critic's release comes first: the queries are post-processing of it
+            for e in gan.accountant_state["events"]:
+                accountant.record(e["mechanism"], count=e["count"], **e["params"])
+        return accountant
+
+    def _engine(self, ctx, opts: DpdfdOptions, plan: DpdfdPlan, teacher, gan, accountant, trial, on_progress):
+        """The main release's engine on the run's models, continuing the prior trial's answered inputs; the teacher checked
+        and the run's estimate shown before any of its releases."""
+        import torch
+
+        from dpconvert.mechanisms.dpdfd import Dpdfd as Engine
+        from dpconvert.mechanisms.teacher_checks import PROBE_SIZE, check_teacher
+
+        run, spec = ctx.run, teacher.spec
+        torch.manual_seed(run.seed)
+        student, student_name, prior, source, generator = self._models(run, opts, spec, gan, plan.batch_size)
+        cfg = self._engine_config(run, opts, plan, generator, spec, prior)
+        job = Engine(teacher, student, generator, cfg, accountant, device=run.device, prior=prior, noise=ctx.noise, world=ctx.world)
+        if trial is not None:
+            job.answered = trial.answered  # no input the trial asked is asked again (per-answer accounting)
+        check_teacher(teacher, job.probe_inputs(PROBE_SIZE), job.probe_inputs(job.chunk))  # independent, finite rows, before any release
+        if on_progress:
+            on_progress(job.estimate())  # how long this will take, before the long part
+            if run.teacher_diagnostics:  # un-noised answers' statistics: the operator's, only on request
+                job.attach_holdout()
+        return job, student, student_name, source, generator, cfg
 
     @staticmethod
     def _gan_epsilon(run, opts: DpdfdOptions) -> float:
         return opts.generator_eps if opts.generator_eps is not None else run.eps
 
     def run(self, ctx, opts: DpdfdOptions, teacher, on_plan=None, on_progress=None) -> MethodOutput:
-        import torch
-
-        from dpconvert.accounting import ACCOUNTANTS
         from dpconvert.distill.rounds import DpdfdRounds
-        from dpconvert.mechanisms.dpdfd import Dpdfd as Engine
-        from dpconvert.mechanisms.teacher_checks import PROBE_SIZE, check_teacher
 
         run = ctx.run  # the pipeline checked run and opts before loading anything (Method.check)
         teachers = len(getattr(teacher, "members", None) or [teacher])
@@ -194,40 +228,34 @@ class Dpdfd(Method):
         if on_plan:
             on_plan(plan)
         gan = self._train_gan(ctx, opts, spec, run.delta, on_progress) if opts.generator == GAN_QUERIES else None
-        torch.manual_seed(run.seed)
-        student, student_name, prior, source, generator = self._models(run, opts, spec, gan)
-        cfg = self._engine_config(run, opts, plan, generator, spec, prior)
-        accountant = ACCOUNTANTS.get(self._accountant_name(opts))()
-        if gan is not None:  # the critic's release comes first: the queries are post-processing of it
-            for e in gan.accountant_state["events"]:
-                accountant.record(e["mechanism"], count=e["count"], **e["params"])
+        accountant = self._accountant(opts, gan)
+        trial = (prior_trial(ctx, teacher, accountant, lambda source: self._engine_config(run, opts, plan, None, spec, source), on_progress)
+                 if trial_applies(run, opts, spec) else None)
+        opts = opts if trial is None else dataclasses.replace(opts, prior=trial.chosen)  # the family the released rows chose
+        job, student, student_name, source, generator, cfg = self._engine(ctx, opts, plan, teacher, gan, accountant, trial, on_progress)
         warnings += ctx.noise.warnings
-        job = Engine(teacher, student, generator, cfg, accountant, device=run.device, prior=prior, noise=ctx.noise, world=ctx.world)
-        check_teacher(teacher, job.probe_inputs(PROBE_SIZE), job.probe_inputs(job.chunk))  # independent, finite rows, before any release
-        if on_progress:
-            on_progress(job.estimate())  # how long this will take, before the long part
-            if run.teacher_diagnostics:  # un-noised answers' statistics: the operator's, only on request
-                job.attach_holdout()
         rounds: list = []
         done = DpdfdRounds(job).run(rounds.append, _with_epsilon(on_progress, accountant, run.delta))  # releases, and training on them
         if job.mechanism.zeroed_rows and run.teacher_diagnostics:  # how many answers were non-finite depends on the teacher
             log.warning("note (console only): %d teacher answers were not finite and were released as zero rows (pure noise)",
                         job.mechanism.zeroed_rows)
-        ran_the_plan = accountant.count("normalised_gaussian_release") == opts.releases and math.isclose(
+        ran_the_plan = accountant.count("normalised_gaussian_release") == opts.releases + (trial is not None) and math.isclose(
             accountant.epsilon(delta=run.delta), plan.epsilon, rel_tol=1e-9, abs_tol=1e-12)  # what `dpconvert plan` printed is what ran
         if not ran_the_plan:
             raise InternalError(f"the mechanism's releases and ε differ from the plan's ({opts.releases}, ε={plan.epsilon}); "
                                  "nothing was written")
         verdict = self._verdict(job, done, plan.sigma, warnings)
         mechanism = self._mechanism_block(run, opts, plan, cfg, ctx.noise.card_fields, source, generator, job.members)
+        if trial is not None:
+            mechanism["prior_trial"] = trial.card()
         claims = self._claims(run, opts, plan, accountant, mechanism, job.public_image_counts())
         if gan is not None:
-            mechanism["query_generator"] = self._gan_info(gan, run, opts)
+            mechanism["query_generator"] = gan_card_info(gan, gan_images(opts), run.delta)
         extra = {}
         if opts.save_generator:
-            from dpconvert.generators.saved import generator_bytes
+            from dpconvert.generators.saved import dpdfd_generator_cost, generator_bytes
 
-            cost = generator_cost(accountant, teacher, run.delta, mechanism)
+            cost = dpdfd_generator_cost(accountant, teacher, run.delta, mechanism)
             extra[opts.save_generator] = generator_bytes(generator, opts.generator, spec, cost)
         return MethodOutput(
             student=student, student_name=student_name, probe=job.synthesise(run.parity_inputs), rounds=rounds, warnings=warnings,
@@ -270,23 +298,18 @@ class Dpdfd(Method):
 
         return train_dpgan(ctx, opts.gan, spec, self._gan_epsilon(ctx.run, opts), delta, on_progress)
 
-    def _gan_info(self, gan, run, opts: DpdfdOptions) -> dict:
-        from .dpgan import DPGAN_GENERATOR
-
-        return {"trained_in_this_run": True, "architecture": f"{DPGAN_GENERATOR} generator, DP critic ({gan.mechanism['critic']})",
-                "samples": gan_images(opts), "dpgan_epsilon_at_its_delta": gan.epsilon, "its_delta": run.delta, "dpgan": gan.mechanism}
-
     def _warnings(self, run, plan: DpdfdPlan) -> list:
         warnings = []
         if plan.sigma == 0:
             warnings.append(NO_NOISE_WARNING)
-        w = distinct_answers_warning(run.delta, plan.batch_size * plan.steps)
+        w = distinct_answers_warning(run.delta, plan.batch_size * plan.steps + plan.prior_trial_rows)
         if w:
             warnings.append(w)
         return warnings
 
-    def _models(self, run, opts: DpdfdOptions, spec, gan=None):
-        """(student, its name, query prior, query-source description, learned generator or None)."""
+    def _models(self, run, opts: DpdfdOptions, spec, gan=None, rows: Optional[int] = None):
+        """(student, its name, query prior, query-source description, learned generator or None); ``rows``: the plan's B
+        (the fixed prior images of a large input follow it)."""
         from dpconvert.generators import PRIORS, create_generator, default_prior_name
         from dpconvert.students import create_student, default_student_name
 
@@ -313,28 +336,15 @@ class Dpdfd(Method):
                 how = "views under sub-pixel shifts, flips and mixup; one noisy target per view"
             source = f"public images {run.public_data} ({len(public)}, unlabelled; {how}) — not data-free"
         elif gan is not None:
-            prior, source = self._gan_source(run, opts, spec, gan)
+            prior, source = gan_query_source(gan, gan_images(opts), spec, run.seed)
             return student, student_name, prior, source, None
-        elif n_prior := prior_images(run, opts, spec):
+        elif n_prior := prior_images(run, opts, spec, rows):
             prior, source = fixed_prior_images(run, opts, spec, n_prior)
         else:
             name = opts.prior or default_prior_name(spec)
             prior, source = create_generator(name, spec), PRIORS[name]
         generator = create_generator(opts.generator, spec) if opts.generator else None
         return student, student_name, prior, source, generator
-
-    @staticmethod
-    def _gan_source(run, opts: DpdfdOptions, spec, gan):
-        """N fixed samples of the DP-critic GAN (class-balanced, from the seed), queried as views like public images."""
-        from dpconvert.generators.public_images import PublicImageSource
-        from dpconvert.generators.saved import sample_queries
-        from dpconvert.seeds import stream
-
-        n = gan_images(opts)
-        images = sample_queries(gan.generator, n, spec.num_classes, stream("gan_images", run.seed))
-        return (PublicImageSource(images, mix_prob=0.0, public=False),
-                f"{n} samples of a GAN with a DP critic ({gan.mechanism['critic']}) trained on the private data in this run, views under "
-                "sub-pixel shifts and flips; the released targets averaged per image and denoised — not data-free")
 
     def _engine_config(self, run, opts: DpdfdOptions, plan: DpdfdPlan, generator, teacher_spec, prior):
         from dpconvert.distill.config import DpdfdConfig
@@ -379,17 +389,3 @@ def _with_epsilon(on_progress, accountant, delta: float):
     if on_progress is None:
         return None
     return lambda info: on_progress({**info, "epsilon": accountant.epsilon(delta=delta)} if info["kind"] == "phase" else info)
-
-
-def generator_cost(accountant, teacher, delta: float, mechanism: dict):
-    """What a DPDFD-trained generator cost: the run's events, its teacher, and the mechanism facts its ε rests on. The
-    events are recorded for the composed accountant (a valid bound for any run; a card that reuses the generator
-    composes its cost with other mechanisms' events), so the ε recorded is the composed one."""
-    from dpconvert.accounting import DpdfdAccountant
-    from dpconvert.generators.saved import COST_MECHANISM_KEYS, GeneratorCost
-
-    composed = DpdfdAccountant(events=list(accountant.events))
-    return GeneratorCost(composed.state_dict(), "query", teacher.sha256, composed.epsilon(delta=delta), delta,
-                         {k: mechanism[k] for k in COST_MECHANISM_KEYS})
-
-

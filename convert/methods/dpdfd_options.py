@@ -27,10 +27,18 @@ PER_IMAGE_BATCH = 1_000_000  # per-image targets: rows per release by default (2
 # teacher, ε = 1, δ = 1e-5: 72.2 / 73.8 / 71.6 % on seeds 0–2 (26–32 min alone on 2 CPU cores, 1.8 GB peak) against
 # 68.1 / 63.3 % for 1 M rows of 2 500 images with the same shrinkage and 62.3 / 63.9 % for the former default (1 M × 2 500,
 # no shrinkage); the held-out second teacher 66.3 / 68.8 / 67.8 % against 64.1 % (benchmarks/RESULTS.md, table 15). One target per
-# prior sample gave 56.5 % (table 2). Not measured on other sizes, where the default stays one target per sample. On CPU in
+# prior sample gave 56.5 % (table 2); larger inputs: LARGE_INPUT_VIEWS_PER_IMAGE; 8×8: one target per sample. On CPU in
 # one process B is sized to DEFAULT_TIME_BUDGET_MINUTES instead (below); DATA_FREE_PER_IMAGE_BATCH is B on a GPU, under
 # torchrun, and in `dpconvert plan`, which has no teacher to time
 DEFAULT_PRIOR_IMAGES = 5000
+# above 28×28-sized inputs, as many fixed prior images as give each ~300 views of B (3×64×64 ResNet-34 Fashion-MNIST
+# teacher: 150 000–200 000 rows fit its budget on 2 cores, 500 images × 300 views gave 56 % in the design simulation
+# against 31–32 % for one target per row; the published CIFAR-10 model: 2 000 × 400, 36.7 % against 31.7 %: RESULTS
+# table 15). Up to 3×64×64, where it was measured: a 224-px teacher answers ~35 rows/s here, so the budget's first step
+# (100 000 rows) would take ~50 min; it keeps one target per row (16 384 rows, ~14 min: RESULTS table 11)
+LARGE_INPUT_VIEWS_PER_IMAGE = 300
+LARGE_INPUT_MIN_IMAGES = 100
+LARGE_INPUT_MOST_VALUES = 3 * 64 * 64
 DATA_FREE_PER_IMAGE_BATCH = 3_000_000
 # data-free prior images on CPU: B (rows per release) is sized to a time budget from the teacher's speed measured before
 # the run (Dpdfd._budgeted_plan), not fixed: a teacher twice as fast gets twice the answers, each target averages more of
@@ -97,7 +105,8 @@ class DpdfdOptions:
     prior_images: Optional[int] = option(None, help="Data-free per-image targets: N fixed images drawn from the prior, views of each queried "
                                          "many times so their targets can be averaged (B is sized to `time_budget`); 0 turns it off. With "
                                          "`public_data`: N prior images beside the public ones.",
-                                         default_text=f"{DEFAULT_PRIOR_IMAGES} for 28×28-sized inputs, else 0", plan=True)
+                                         default_text=f"{DEFAULT_PRIOR_IMAGES} for 28×28-sized inputs, B/{LARGE_INPUT_VIEWS_PER_IMAGE} up to 3×64×64, else 0",
+                                         plan=True)
     amp: Optional[str] = option(None, help="bf16 (teacher and student forward under bf16 autocast; the release stays fp32) or off.",
                                 choices=AMP, default_text="bf16 on CUDA, off on CPU")
     save_generator: Optional[str] = option(None, help="Save the learned generator and what it cost to FILE.safetensors (with `generator`; "
@@ -187,14 +196,22 @@ DEVICE_DEFAULTS = {
 }
 
 
-def prior_images(run, opts: DpdfdOptions, spec) -> int:
-    """Fixed prior images whose views are queried (data-free per-image targets); 0 for one target per prior sample."""
+def prior_images(run, opts: DpdfdOptions, spec, rows: Optional[int] = None) -> int:
+    """Fixed prior images whose views are queried (data-free per-image targets); 0 for one target per prior sample.
+    Above 28×28-sized inputs the count follows the ``rows`` B of the release (DATA_FREE_PER_IMAGE_BATCH where B is
+    not known yet): LARGE_INPUT_VIEWS_PER_IMAGE views each."""
     if opts.prior_images is not None:
         return opts.prior_images
     if opts.generator == GAN_QUERIES:
         return 0  # the GAN's samples are the query images (gan_images)
-    other_source = run.public_data or opts.generator or opts.public_targets == "rows"
-    return DEFAULT_PRIOR_IMAGES if not other_source and 256 < spec.channels * spec.height * spec.width <= 1024 else 0
+    values = spec.channels * spec.height * spec.width
+    if run.public_data or opts.generator or opts.public_targets == "rows" or values <= 256:
+        return 0
+    if values <= 1024:
+        return DEFAULT_PRIOR_IMAGES
+    if values > LARGE_INPUT_MOST_VALUES:
+        return 0
+    return max(LARGE_INPUT_MIN_IMAGES, (rows or DATA_FREE_PER_IMAGE_BATCH) // LARGE_INPUT_VIEWS_PER_IMAGE)
 
 
 def public_targets(run, opts: DpdfdOptions, spec) -> str:
@@ -243,11 +260,12 @@ def time_budget_minutes(run, opts: DpdfdOptions, spec, distributed: bool = False
     return DEFAULT_TIME_BUDGET_MINUTES if default else None
 
 
-def rows_for_budget(estimate: dict, minutes: float, batch_size: int, most: Optional[int] = None) -> int:
+def rows_for_budget(estimate: dict, minutes: float, batch_size: int, most: Optional[int] = None, also_rows: int = 0) -> int:
     """B that the timed phases of ``estimate`` (``mechanisms/dpdfd.Dpdfd.estimate``, made for ``batch_size`` rows) fit
-    into ``minutes``: queries and teacher grow with B, the student's passes over per-image targets do not. The largest
-    step of BUDGET_ROWS_GRID that fits (and is at most ``most``: memory), its first step where none does."""
-    fits = [rows for rows in BUDGET_ROWS_GRID if budget_fits(estimate, minutes, batch_size, rows) and (most is None or rows <= most)]
+    into ``minutes`` beside ``also_rows`` other answers (the prior trial's): queries and teacher grow with B, the
+    student's passes over per-image targets do not. The largest step of BUDGET_ROWS_GRID that fits (and is at most
+    ``most``: memory), its first step where none does."""
+    fits = [rows for rows in BUDGET_ROWS_GRID if budget_fits(estimate, minutes, batch_size, rows + also_rows) and rows <= (most or rows)]
     return max(fits, default=BUDGET_ROWS_GRID[0])
 
 

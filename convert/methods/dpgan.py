@@ -160,3 +160,21 @@ def train_dpgan(ctx, opts: GanOptions, spec, eps: float, delta: float, on_progre
     trained = fit_on_private(training, ctx.private, report)
     mechanism = {"critic": opts.critic, "sigma": sigma, **critic.mechanism(opts, accountant), "fake_batch": opts.fake_batch, **noise.card_fields}
     return DpganResult(trained, accountant.state_dict(), accountant.epsilon(delta=delta), mechanism)
+
+
+def gan_query_source(gan, n: int, spec, seed: int):
+    """DPDFD's `generator` dpgan queries: (source, card description) of n fixed samples of the trained GAN
+    (class-balanced, from the seed), queried as views like public images."""
+    from dpconvert.generators.public_images import PublicImageSource
+    from dpconvert.generators.saved import sample_queries
+
+    images = sample_queries(gan.generator, n, spec.num_classes, stream("gan_images", seed))
+    return (PublicImageSource(images, mix_prob=0.0, public=False),
+            f"{n} samples of a GAN with a DP critic ({gan.mechanism['critic']}) trained on the private data in this run, views under "
+            "sub-pixel shifts and flips; the released targets averaged per image and denoised — not data-free")
+
+
+def gan_card_info(gan, samples: int, delta: float) -> dict:
+    """The card's `mechanism.query_generator` for a GAN trained in this run: what it is and what it cost."""
+    return {"trained_in_this_run": True, "architecture": f"{DPGAN_GENERATOR} generator, DP critic ({gan.mechanism['critic']})",
+            "samples": samples, "dpgan_epsilon_at_its_delta": gan.epsilon, "its_delta": delta, "dpgan": gan.mechanism}
