@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import hashlib
 from dataclasses import asdict, dataclass, field
+from typing import Optional
 from pathlib import Path
 
 import torch
@@ -146,3 +147,15 @@ def dpdfd_generator_cost(accountant, teacher, delta: float, mechanism: dict):
                          {k: mechanism[k] for k in COST_MECHANISM_KEYS})
 
 
+def check_generator_path(path: str, out: Optional[Path], has_generator: bool, force: bool = False) -> None:
+    from dpconvert.io.atomic import check_output
+
+    p = Path(path)
+    if not has_generator:
+        raise DpconvertError("`save_generator` needs a learned generator", fix="add `generator` dafl (the default prior is data-independent; "
+                             "Private-kNN can use it directly with `query_generator` prior)", param="save_generator")
+    if p.suffix != ".safetensors":
+        raise DpconvertError(fix=f"`save_generator` must end in .safetensors, got {p.name!r}", param="save_generator")
+    if out is not None and p.resolve() == Path(out).resolve():
+        raise DpconvertError(fix="`save_generator` and the output model must be different files", param="save_generator")
+    check_output(p, param="save_generator", force=force)

@@ -22,10 +22,12 @@ from dpconvert.accounting.plans import DpdfdPlan
 from .dpdfd_options import (
     DATA_FREE_DENOISE, PUBLIC_TARGETS, DpdfdOptions, DEVICE_DEFAULTS, ACCOUNTING, prior_images, public_targets,
     draw_prior_images, fixed_prior_images, device_kind, default_batch_size, default_epochs, engine_option_settings,
-    default_minibatch, check_prior_name, check_generator_path, distinct_answers_warning, GAN_QUERIES, gan_images,
-    per_image_batch, rows_for_budget, budget_fits, BUDGET_ROWS_GRID, time_budget_minutes, check_release_memory, release_rows_that_fit,
+    default_minibatch, check_prior_name, distinct_answers_warning, GAN_QUERIES, gan_images,
+    per_image_batch, default_student_samples, rows_for_budget, budget_fits, BUDGET_ROWS_GRID, time_budget_minutes, check_release_memory, release_rows_that_fit,
 )
 from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, register
+from dpconvert.generators.saved import check_generator_path
+
 from .dpgan import gan_card_info, gan_query_source
 from .prior_trial import prior_trial, trial_applies, trial_rows
 
@@ -361,8 +363,8 @@ class Dpdfd(Method):
                                  param="shrink_to_student")
         if settings["student_data"] == "sources" and not run.public_data and opts.generator != GAN_QUERIES:
             settings["denoise"] = DATA_FREE_DENOISE
-        if settings["student_data"] == "sources" and opts.epochs:  # per-image targets: epochs over the queried images
-            settings["student_samples"] = opts.epochs * prior.num_bases
+        if settings["student_data"] == "sources" and (samples := default_student_samples(run, opts, teacher_spec, prior.num_bases)):
+            settings["student_samples"] = samples
         return DpdfdConfig(**settings)
 
     def _mechanism_block(self, run, opts: DpdfdOptions, plan: DpdfdPlan, cfg, noise_info: dict, source: str, generator, teacher_members) -> dict:

@@ -20,8 +20,10 @@ from dpconvert.profiling import phase
 from dpconvert.accounting.statements import COVERS_STUDENT_AND_LABELS
 from dpconvert.accounting.plans import PknnPlan, PlanProgress
 
+from dpconvert.generators.saved import check_generator_path
+
 from .base import NOT_COVERED, Claims, Method, MethodOutput, register
-from .dpdfd_options import DpdfdOptions, check_generator_path
+from .dpdfd_options import DpdfdOptions
 from dpconvert.option_fields import changed_options
 
 from .pknn_options import KNN_SEARCH, PknnOptions
