@@ -81,3 +81,19 @@ def test_data_free_sim_smoke(tmp_path):
     row = json.loads(out.read_text().splitlines()[-1])
     assert row["images"] == 60 and row["loss"] == "ce"
     assert 0 <= row["accuracy"] <= 1 and 0 <= row["pooled_accuracy"] <= 1 and 0 <= row["shrunk_accuracy"] <= 1
+
+
+@pytest.mark.slow
+def test_prior_trial_sim_smoke(tmp_path):
+    """The simulation behind the prior trial's choice rate (RESULTS table 15), on a two-family mixture cached by the design
+    simulation at tiny sizes."""
+    cache = tmp_path / "cache"
+    r = subprocess.run([sys.executable, ROOT / "benchmarks/data_free_sim.py", "--teacher", "builtin:digits", "--eval-data", "builtin:digits",
+                        "--prior", "framed_fields+natural_crops", "--images", "40", "--rows", "4000", "--clean-views", "2", "--student-samples",
+                        "400", "--denoise", "none", "--cache", str(cache)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    [cached] = cache.glob("*framed_fields+natural_crops_40_*.pt")
+    r = subprocess.run([sys.executable, ROOT / "benchmarks/prior_trial_sim.py", str(cached), "--images", "10", "--views", "50", "--draws", "5"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "10 images × 50 views per family: chosen framed_fields" in r.stdout and "natural_crops" in r.stdout

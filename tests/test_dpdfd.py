@@ -551,8 +551,10 @@ def test_fixed_prior_images_are_the_default_above_8x8_inputs():
     per prior sample."""
     from types import SimpleNamespace
 
+    from dpconvert.distill.config import DpdfdConfig
     from dpconvert.methods.dpdfd_options import (DATA_FREE_PER_IMAGE_BATCH, DEFAULT_PRIOR_IMAGES, LARGE_INPUT_MIN_IMAGES,
-                                                 LARGE_INPUT_VIEWS_PER_IMAGE, DpdfdOptions, prior_images, public_targets)
+                                                 LARGE_INPUT_STUDENT_SAMPLES, LARGE_INPUT_VIEWS_PER_IMAGE, DpdfdOptions,
+                                                 default_student_samples, prior_images, public_targets)
 
     fmnist, digits = InputSpec(1, 28, 28, 10), InputSpec(1, 8, 8, 10)
     plain, public = SimpleNamespace(public_data=None), SimpleNamespace(public_data="pub.npz")
@@ -565,6 +567,10 @@ def test_fixed_prior_images_are_the_default_above_8x8_inputs():
     assert prior_images(plain, DpdfdOptions(), large) == DATA_FREE_PER_IMAGE_BATCH // LARGE_INPUT_VIEWS_PER_IMAGE
     assert public_targets(plain, DpdfdOptions(), large) == "per-image" and prior_images(public, DpdfdOptions(), large) == 0
     assert prior_images(plain, DpdfdOptions(), InputSpec(3, 224, 224, 10), 150_000) == 0  # too slow here for 100 000 rows
+    # their student: 200 000 views in all (400 000 on 28×28, the engine's own), or `epochs` passes over the images
+    assert default_student_samples(plain, DpdfdOptions(), large, 500) == LARGE_INPUT_STUDENT_SAMPLES < DpdfdConfig.student_samples
+    assert default_student_samples(plain, DpdfdOptions(), fmnist, 5000) is None
+    assert default_student_samples(plain, DpdfdOptions(epochs=3), large, 500) == 1500
     assert prior_images(plain, DpdfdOptions(prior_images=0), fmnist) == 0
     assert prior_images(plain, DpdfdOptions(prior_images=300), digits) == 300
     assert prior_images(public, DpdfdOptions(), fmnist) == 0

@@ -90,7 +90,7 @@ class DpdfdPlan(Plan):
         if self.teachers is not None:
             rows.append(("teachers n (disjoint partitions)", str(self.teachers)))
         if self.prior_trial_rows:
-            rows.append(("prior trial rows (before T)", f"{self.prior_trial_rows:,}"))
+            rows.append(("prior trial rows (before T)", str(self.prior_trial_rows)))
         if self.queries_record_level_epsilon is not None:  # `generator` dpgan: the GAN's own record-level scope
             rows += [("DP-critic GAN σ", f"{self.gan_sigma:.4f}"), ("GAN samples queried", str(self.gan_images)),
                      ("queries' record-level ε", eps_text(self.queries_record_level_epsilon))]

@@ -10,8 +10,8 @@ candidate family are queried TRIAL_VIEWS times each through the run's own mechan
 noise, every input answered once), each image's released targets are averaged, and the family whose images' top
 classes spread over more classes — the exponential of the entropy of that histogram, the effective number of classes
 — is the prior of the run. In the design simulation (the cached clean targets plus the release's noise, 200 draws)
-50 images × 200 views chose framed fields for the ResNet-34 every time and natural crops for the CIFAR-10 model 88 %
-of the time (10 000 rows: 80 %).
+50 images × 200 views chose framed fields for the ResNet-34 every time and natural crops for the CIFAR-10 model 87 %
+of the time (`benchmarks/prior_trial_sim.py`; 10 000 rows: 80 %).
 
 What it costs, stated on the card (``mechanism.prior_trial``, and the trial's event in the accounting state):
 
