@@ -26,8 +26,6 @@ from .dpdfd_options import (
     per_image_batch, default_student_samples, rows_for_budget, budget_fits, BUDGET_ROWS_GRID, time_budget_minutes, check_release_memory, release_rows_that_fit,
 )
 from .base import COVERS_STUDENT, NOT_COVERED, Claims, Method, MethodOutput, register
-from dpconvert.generators.saved import check_generator_path
-
 from .dpgan import gan_card_info, gan_query_source
 from .prior_trial import prior_trial, trial_applies, trial_rows
 
@@ -97,6 +95,8 @@ class Dpdfd(Method):
         if opts.prior:
             check_prior_name(opts.prior)
         if opts.save_generator:
+            from dpconvert.generators.saved import check_generator_path
+
             check_generator_path(opts.save_generator, out, opts.generator not in (None, GAN_QUERIES), run.force)
 
     def _check_gan_queries(self, run, opts: DpdfdOptions) -> None:

@@ -32,7 +32,7 @@ PER_IMAGE_BATCH = 1_000_000  # per-image targets: rows per release by default (2
 DEFAULT_PRIOR_IMAGES = 5000
 # above 28×28-sized inputs, as many fixed prior images as give each ~300 views of B (3×64×64 ResNet-34 Fashion-MNIST
 # teacher: 150 000–200 000 rows fit its budget on 2 cores, 500 images × 300 views gave 56 % in the design simulation
-# against 31–32 % for one target per row; the published CIFAR-10 model: 2 000 × 400, 36.7 % against 31.7 %: RESULTS
+# against 31–32 % for one target per row; the published CIFAR-10 model: 1 333 × 300, 35.0 % against 31.7 %: RESULTS
 # table 15). Up to 3×64×64, where it was measured: a 224-px teacher answers ~35 rows/s here, so the budget's first step
 # (100 000 rows) would take ~50 min; it keeps one target per row (16 384 rows, ~14 min: RESULTS table 11)
 LARGE_INPUT_VIEWS_PER_IMAGE = 300

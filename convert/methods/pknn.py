@@ -20,8 +20,6 @@ from dpconvert.profiling import phase
 from dpconvert.accounting.statements import COVERS_STUDENT_AND_LABELS
 from dpconvert.accounting.plans import PknnPlan, PlanProgress
 
-from dpconvert.generators.saved import check_generator_path
-
 from .base import NOT_COVERED, Claims, Method, MethodOutput, register
 from .dpdfd_options import DpdfdOptions
 from dpconvert.option_fields import changed_options
@@ -99,6 +97,8 @@ class PrivateKnn(Method):
         if g.save_generator and "generator_run" not in takes:
             raise DpconvertError("with Private-kNN, `save_generator` saves the generator trained in this run", fix="add `query_generator` train", param="save_generator")
         if g.save_generator:
+            from dpconvert.generators.saved import check_generator_path
+
             check_generator_path(g.save_generator, out, True, run.force)
 
     def plan(self, run, opts: PknnOptions, spec, queries: Optional[int] = None) -> PknnPlan:

@@ -29,8 +29,6 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-import torch
-
 from dpconvert.seeds import stream
 
 log = logging.getLogger("dpconvert")
@@ -57,9 +55,11 @@ def trial_rows(run, opts, spec) -> int:
     return len(TRIAL_FAMILIES) * TRIAL_IMAGES * TRIAL_VIEWS if trial_applies(run, opts, spec) else 0
 
 
-def effective_classes(targets: torch.Tensor) -> float:
+def effective_classes(targets) -> float:
     """exp(entropy) of the histogram of the targets' top classes: 1 when every image names one class, K when the
     images spread evenly over K."""
+    import torch
+
     counts = torch.bincount(targets.argmax(1), minlength=targets.shape[1]).double()
     p = counts[counts > 0] / counts.sum()
     return float(torch.exp(-(p * p.log()).sum()))
@@ -81,8 +81,10 @@ class PriorTrial:
         return f"prior trial ({self.rows:,} rows): classes named {scores} → {self.chosen}"
 
 
-def draw_trial_images(spec, seed: int) -> torch.Tensor:
+def draw_trial_images(spec, seed: int):
     """TRIAL_IMAGES from each family, in family order, from the ``prior_trial`` stream (not the run's prior images)."""
+    import torch
+
     from dpconvert.generators import create_generator
 
     g = stream("prior_trial", seed)
