@@ -56,3 +56,19 @@ def test_the_dpsgd_estimate_is_within_2x_and_post_processing_of_the_noisy_count(
     assert 0.5 <= estimate["steps_seconds"] / ran <= 2.0, (estimate, measured)
     kinds = [e["mechanism"] for e in result.card.data["accounting"]["state"]["events"]]
     assert kinds == ["gaussian_count", "subsampled_gaussian"], kinds  # one count, then the steps (folded), as before
+
+
+def test_the_estimate_leaves_the_run_as_it_was(tmp_path):
+    """The CLI asks for the estimate and the Python API need not: the same --seed must give the same student either
+    way. It did not: the estimate timed the student's forward in training mode, and each timed call moved its
+    BatchNorm running statistics, a load-dependent number of times (so the same seed also differed between two runs on
+    a busy machine)."""
+    import dpconvert
+    from dpconvert.zoo_cards.card import PrivacyCard
+
+    hashes = []
+    for name, progress in (("quiet.onnx", None), ("estimated.onnx", lambda e: None)):
+        dpconvert.convert("builtin:digits", out=tmp_path / name, seed=3, seeded_noise=True, releases=2, batch_size=1500, epochs=1,
+                          on_progress=progress)
+        hashes.append(PrivacyCard.read(tmp_path / f"{name}.card.json").model_sha256)
+    assert hashes[0] == hashes[1]

@@ -273,8 +273,13 @@ class Dpdfd:
         """Seconds per row of the student's forward pass on ``x`` (0 when no release runs it: nothing is timed)."""
         if not self._student_forward_share():
             return 0.0
-        with torch.no_grad():
-            return timing(lambda: self.model(x)) / len(x)
+        was_training = self.student.training
+        self.student.eval()  # as the release runs it; in train mode each timed call would move BatchNorm's running statistics
+        try:  # (timed a load-dependent number of times: the same --seed gave another student on a busy machine)
+            with torch.no_grad():
+                return timing(lambda: self.model(x)) / len(x)
+        finally:
+            self.student.train(was_training)
 
     # ------------------------------------------------------------ what the operator sees
     def attach_holdout(self, n: Optional[int] = None) -> None:
