@@ -97,3 +97,11 @@ def test_a_query_generators_delta_is_its_share(name):
     key = "dpgan_epsilon_at_its_delta" if "dpgan" in card["mechanism"]["query_generator"] else "dpdfd_epsilon_at_its_delta"
     forged["mechanism"]["query_generator"][key] = 0.01  # what a δ of 0.5 would let it claim
     assert "mechanism.query_generator.its_delta" in _fields(forged)
+
+
+@pytest.mark.parametrize("value", ["x", 7, "false"])
+def test_whether_the_generator_was_trained_here_is_a_boolean(value):
+    """It decides the δ its ε is read at; a fuzzed card with "x" or 7 there passed the audit as if it said true."""
+    forged = copy.deepcopy(_load("generator_pknn"))
+    forged["mechanism"]["query_generator"]["trained_in_this_run"] = value
+    assert "mechanism.query_generator.trained_in_this_run" in _fields(forged)

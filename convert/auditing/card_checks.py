@@ -164,6 +164,9 @@ def _check_descriptions(p: Problems, accountant, data: dict) -> None:
                     f"says {claim} ({phrase!r}), but the card's accountant {accountant.name!r} does not account for it "
                     f"(needs {' or '.join(accountants)})")
     info = (data.get("mechanism") or {}).get("query_generator")
+    if isinstance(info, dict) and "trained_in_this_run" in info:  # decides which δ its ε is read at: "x" or 7 must not pass as true
+        p.check(isinstance(info["trained_in_this_run"], bool), "mechanism.query_generator.trained_in_this_run",
+                f"{info['trained_in_this_run']!r}: must be true or false")
     share = ITS_DELTA_SHARE.get(accountant.name)
     if not isinstance(info, dict) or share is None or "its_delta" not in info:
         return
