@@ -61,6 +61,7 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
     ``teacher_source``: one teacher, or several (files, folders, list files) whose rows DPDFD averages."""
     from dpconvert.distributed import current_world
     from dpconvert.io.teacher_set import expand_teacher_sources, load_teachers
+    from dpconvert.io.teacher_runtime import use_teacher_runtime
     from dpconvert.io.teachers import LoadOptions
 
     start = time.perf_counter()
@@ -85,7 +86,9 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
     keep_freed_memory()  # convert/allocator.py: the release's chunks reuse the heap instead of faulting pages in again
     with Profile() as profile:
         with phase("load teacher"):
-            teacher = load_teachers(teacher_source, load_options or LoadOptions(device=run.device))
+            load_options = load_options or LoadOptions(device=run.device)
+            teacher = load_teachers(teacher_source, load_options)
+            use_teacher_runtime(teacher, load_options.teacher_runtime, run.device, getattr(opts, "amp", None))
         inherited = teacher_card(teacher_source, teacher, run)  # before the long work: a bad teacher card fails now
         if run.class_names is not None and len(run.class_names) != teacher.spec.num_classes:
             raise DpconvertError(f"`class_names` lists {len(run.class_names)} classes but the teacher has {teacher.spec.num_classes}",
@@ -208,7 +211,7 @@ def _write_outputs(teacher_source, teacher, out: Path, run: RunOptions, r: Metho
         **({"expected_utility": r.verdict} if r.verdict is not None else {}),
         "export": {"onnx_checker": "passed (full_check=True)", "parity": par.to_dict(), "onnxruntime_device": "cpu"},
         "audit": r.audit,
-        "run": _run_block(run, profile, world),
+        "run": _run_block(run, profile, world, teacher.runtime),
     }
     card = release_card(identity=identity, accountant=r.accountant, delta=r.delta, target=run.eps, claims=r.claims,
                         mechanism={**r.mechanism, "method_choice": reason}, rest=rest, warnings=warnings,
@@ -261,13 +264,13 @@ def _as_list(source) -> list:
     return [source] if isinstance(source, str) else list(source)
 
 
-def _run_block(run: RunOptions, profile, world=None) -> dict:
+def _run_block(run: RunOptions, profile, world=None, teacher_runtime: Optional[str] = None) -> dict:
     """How the run went: device, threads, processes, time per phase, peak memory (rank 0's). With private data the
     timings and item counts scale with the private set (its size could be read back from them), so they stay on the
     operator's console."""
     import torch
 
-    block = {"device": run.device, "torch_threads": torch.get_num_threads()}
+    block = {"device": run.device, "torch_threads": torch.get_num_threads(), **({"teacher_runtime": teacher_runtime} if teacher_runtime else {})}
     if world is not None and world.distributed:
         block["processes"] = {"world_size": world.size, "backend": world.backend, "launcher": "torchrun"}
     if run.private_data:

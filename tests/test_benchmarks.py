@@ -97,3 +97,10 @@ def test_prior_trial_sim_smoke(tmp_path):
                        cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "10 images × 50 views per family: chosen framed_fields" in r.stdout and "natural_crops" in r.stdout
+
+
+@pytest.mark.slow
+def test_teacher_runtime_speed_smoke(tmp_path):
+    """The script behind RESULTS' teacher-runtime rows, on the built-in teacher."""
+    [row] = _run([ROOT / "benchmarks/teacher_runtime_speed.py", "--teachers", "builtin:digits"], tmp_path)
+    assert row["runtime"].startswith("onnxruntime") and row["torch_rows_per_s"] > 0 and row["runtime_rows_per_s"] > 0

@@ -228,6 +228,7 @@ def test_every_run_is_profiled(tmp_path, cli):
     run = PrivacyCard.read(tmp_path / "s.onnx.card.json").data["run"]
     assert {"queries", "teacher forward", "release", "student training", "export", "parity", "evaluation"} <= set(run["phase_seconds"])
     assert run["items_per_second"]["teacher forward"] > 0 and run["peak_rss_mib"] > 0 and run["torch_threads"] >= 1
+    assert run["teacher_runtime"].startswith("onnxruntime")  # the built-in torch teacher, exported and checked (io/teacher_runtime.py)
 
 
 # ------------------------------------------------------------------ outputs that cannot be lost

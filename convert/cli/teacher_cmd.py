@@ -12,7 +12,7 @@ def _inspect_params() -> list:
     from dpconvert.io.teachers import LoadOptions
 
     return [own("teacher", argument=True, default=..., help="Teacher: a file (.pt/.pth/.pt2/.safetensors/.onnx), timm:NAME or builtin:NAME."),
-            *params_of(LoadOptions, skip=frozenset({"device"})),
+            *params_of(LoadOptions, skip=frozenset({"device", "teacher_runtime"})),
             own("as_json", "--json", type=bool, default=False, help="Print JSON (keys documented in the README).")]
 
 
