@@ -25,23 +25,24 @@ QUESTIONS = ("record_level_epsilon", *GUARANTEE_QUESTIONS, "private_records_epsi
 @pytest.mark.parametrize("name", sorted(ANSWERS))
 def test_every_accountant_answers_what_it_answered_before(name):
     """Each question's value (or None: not applicable), each bound the card's accounting.epsilons listed, the
-    cross-check and the per-image ε, to 1e-12: a drift in any accountant's arithmetic fails here."""
+    cross-check and the per-image ε, to 1e-9 relative: a drift in any accountant's arithmetic fails here (1e-12 was
+    tighter than the numerical libraries keep: a dependency update moved one record-level ε by 1.3e-12 relative)."""
     before, acc = ANSWERS[name], _accountant(name)
     assert (acc.scope, acc.adjacency) == (before["scope"], before["adjacency"])
     got = acc.epsilons(delta=DELTA)
     for key, value in before["epsilons"].items():  # a new card may list more bounds, never fewer
-        assert got[key] == pytest.approx(value, rel=1e-12), key
+        assert got[key] == pytest.approx(value, rel=1e-9), key
     for q in QUESTIONS:
         value = getattr(acc, q)(delta=DELTA)
         assert (value is None) == (before[q] is None), q
         if value is not None:
-            assert value == pytest.approx(before[q], rel=1e-12), q
+            assert value == pytest.approx(before[q], rel=1e-9), q
     per_image = acc.per_image_epsilon(delta=DELTA, max_rows=50)
-    assert per_image == (None if before["per_image_epsilon"] is None else pytest.approx(before["per_image_epsilon"], rel=1e-12))
+    assert per_image == (None if before["per_image_epsilon"] is None else pytest.approx(before["per_image_epsilon"], rel=1e-9))
     cross = acc.cross_check(delta=DELTA)
     assert (cross is None) == (before["cross_check"] is None)
     for key, value in (before["cross_check"] or {}).items():
-        assert cross[key] == pytest.approx(value, rel=1e-12), key
+        assert cross[key] == pytest.approx(value, rel=1e-9), key
 
 
 @pytest.mark.parametrize("name", ["pknn_dpgan", "dpdfd_dpgan"])
@@ -73,7 +74,7 @@ def test_a_new_composition_is_one_declaration():
     acc.record("subsampled_gaussian", count=200, sigma=1.2, clip=1.0, sampling_rate=0.05)
     laplace, gan = acc.parts()
     eps = acc.epsilons(delta=DELTA)
-    assert eps["epsilon"] == eps["basic_composition_half_delta_each"] == pytest.approx(0.25 + gan.epsilon(delta=DELTA / 2), rel=1e-12)
+    assert eps["epsilon"] == eps["basic_composition_half_delta_each"] == pytest.approx(0.25 + gan.epsilon(delta=DELTA / 2), rel=1e-9)
     assert acc.record_level_epsilon(delta=DELTA) == acc.private_records_epsilon(delta=DELTA) == eps["epsilon"]  # record-level headline
     assert acc.replace_one_epsilon(delta=DELTA) is None and acc.per_image_epsilon(delta=DELTA, max_rows=3) is None
     assert acc.guarantee_keys() == () and acc.cross_check(delta=DELTA) is None and acc.covers == tuple(COVERS_STUDENT)
