@@ -15,6 +15,7 @@ from typing import Any, Callable, ClassVar, Optional
 
 from dpconvert.errors import DpconvertError
 from dpconvert.io.hashing import file_sha256
+from dpconvert.io.teacher_runtime import RUNTIMES
 from dpconvert.registry import Registry
 from dpconvert.io.spec import InputSpec, parse_floats, parse_size
 from dpconvert.option_fields import TEACHER, option
@@ -45,7 +46,7 @@ class LoadOptions:
     device: str = option("cpu", help="cpu, cuda or auto.")
     teacher_runtime: str = option("auto", help="Where a torch teacher answers: onnxruntime (exported, checked against torch on probe inputs; 1.2–3.4× "
                                   "faster on CPU for the CNNs measured), torch, or auto (onnxruntime on CPU in fp32 when the export agrees, else torch).",
-                                  choices=("auto", "torch", "onnxruntime"))
+                                  choices=tuple(RUNTIMES))
 
 
 @dataclass
