@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .registry import GENERATORS, PRIORS
+from .sampling_grid import affine_grid
 
 
 class NaturalImage(NamedTuple):
@@ -134,7 +135,7 @@ class NaturalCropPrior(nn.Module):
             for lv in level.unique().tolist():
                 m = level == lv
                 src = levels[lv].unsqueeze(0).expand(int(m.sum()), -1, -1, -1)
-                grid = F.affine_grid(theta[m], [int(m.sum()), 3, h, w], align_corners=False)
+                grid = affine_grid(theta[m], h, w)
                 out[rows[m]] = F.grid_sample(src, grid, mode="bilinear", padding_mode="border", align_corners=False)
         return _jitter(out, u[:, 6:11])
 

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .sampling_grid import translation_grid
+
 
 class PublicImageSource(nn.Module):
     """Views of public images. The *bases* are the images themselves and, with ``blends`` > 0, that many fixed blends
@@ -117,11 +119,7 @@ class PublicImageSource(nn.Module):
             return x
         if self.subpixel:  # bilinear resampling at a continuous offset; "border" padding replicates the edges
             h, wd = x.shape[2], x.shape[3]
-            theta = torch.zeros(len(x), 2, 3, device=x.device)
-            theta[:, 0, 0] = theta[:, 1, 1] = 1.0
-            theta[:, 0, 2] = (ux.to(x.device) * 2 - 1) * s * 2 / wd
-            theta[:, 1, 2] = (uy.to(x.device) * 2 - 1) * s * 2 / h
-            grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+            grid = translation_grid(len(x), h, wd, (ux.to(x.device) * 2 - 1) * s * 2 / wd, (uy.to(x.device) * 2 - 1) * s * 2 / h)
             return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
         # integer shifts: pad by replication, then crop at a per-sample offset
         dy = (uy * (2 * s + 1)).long().clamp(max=2 * s)

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .registry import GENERATORS
+from .sampling_grid import affine_grid
 
 
 class RandomFieldPrior(nn.Module):
@@ -88,7 +89,7 @@ class RandomFieldPrior(nn.Module):
         """The centre (0.75–1 of the width, 0.6–1 of the height) of each image resized to the whole canvas."""
         theta = torch.zeros(len(pixels), 2, 3, device=pixels.device)
         theta[:, 0, 0], theta[:, 1, 1] = 0.75 + 0.25 * u[:, 0], 0.6 + 0.4 * u[:, 1]
-        grid = F.affine_grid(theta, list(pixels.shape), align_corners=False)
+        grid = affine_grid(theta, pixels.shape[2], pixels.shape[3])
         return F.grid_sample(pixels, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
     def _ellipse(self, e: torch.Tensor, size) -> torch.Tensor:

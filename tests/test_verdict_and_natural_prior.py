@@ -71,3 +71,22 @@ def test_a_default_run_prints_the_verdict_and_its_card_carries_it(cli, tmp_path)
     assert "Expected utility" in (tmp_path / "s.onnx.card.md").read_text()
     code, _, err = cli("audit", tmp_path / "s.onnx")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("height,width", [(8, 8), (28, 28), (32, 20), (64, 64)])
+def test_the_sampling_grid_is_torchs_affine_grid(height, width):
+    """generators/sampling_grid.affine_grid replaces F.affine_grid (4–8× slower) in every prior: same grid, so the same
+    views, up to float rounding."""
+    import torch.nn.functional as F
+
+    from dpconvert.generators.sampling_grid import affine_grid, translation_grid
+
+    theta = torch.randn(37, 2, 3, generator=torch.Generator().manual_seed(0))
+    expected = F.affine_grid(theta, [37, 3, height, width], align_corners=False)
+    assert affine_grid(theta, height, width).shape == expected.shape
+    assert torch.allclose(affine_grid(theta, height, width), expected, atol=1e-5)
+    dx, dy = torch.rand(37) - 0.5, torch.rand(37) - 0.5
+    shift = torch.zeros(37, 2, 3)
+    shift[:, 0, 0] = shift[:, 1, 1] = 1.0
+    shift[:, 0, 2], shift[:, 1, 2] = dx, dy
+    assert torch.allclose(translation_grid(37, height, width, dx, dy), F.affine_grid(shift, [37, 1, height, width], align_corners=False), atol=1e-6)

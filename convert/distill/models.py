@@ -18,6 +18,11 @@ INPUT_FLOATS_PER_CALL = 2**23  # and at most this many input floats per call (32
 # Measured on 28×28 (wide CNN teacher, 3 M-row release, 2 threads): 1 024 rows per call spent 57 % of a core in the
 # kernel (278 000 page faults/s), 128 rows 4 % (24 500/s) — benchmarks/RESULTS.md, table 15
 MMAP_CEILING_FLOATS, WIDE_CHANNELS = 2**23, 64
+# the release renders, runs the student and computes the rows (torch) for this many teacher calls at a time, then lets the
+# teacher answer them call by call: an onnxruntime teacher alternating with torch on every call waited for the other's
+# threads each time (Fashion-MNIST CNN, 28×28, 2 cores: render + teacher 116 µs per row one call at a time, 85 µs four
+# calls at a time, 96 µs sixty-four at a time) — benchmarks/RESULTS.md, table 15
+CALLS_PER_GROUP = 4
 
 
 def rows_per_call(pixels: int) -> int:
@@ -27,6 +32,12 @@ def rows_per_call(pixels: int) -> int:
     if pixels <= 1024:
         rows = min(rows, MMAP_CEILING_FLOATS // (WIDE_CHANNELS * max(pixels, 1)))
     return max(8, rows)
+
+
+def rows_per_group(pixels: int) -> int:
+    """Rows the release handles at once (CALLS_PER_GROUP teacher calls), within INPUT_FLOATS_PER_CALL input floats."""
+    call = rows_per_call(pixels)
+    return call * max(1, min(CALLS_PER_GROUP, INPUT_FLOATS_PER_CALL // (call * max(pixels, 1))))
 
 
 def batched(fn: Callable, x: torch.Tensor, size: int) -> torch.Tensor:

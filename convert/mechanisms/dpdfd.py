@@ -21,7 +21,7 @@ import torch
 
 from dpconvert.accounting import DpdfdAccountant
 from dpconvert.distill.config import DpdfdConfig
-from dpconvert.distill.models import TEACHER_BATCH, StudentModel, batched, classifier, rows_per_call, student_classes
+from dpconvert.distill.models import TEACHER_BATCH, StudentModel, batched, classifier, rows_per_call, rows_per_group, student_classes
 from dpconvert.distill.progress import Progress
 from dpconvert.distill.queries import QueryDraws
 from dpconvert.distill.rounds import planned_student_samples
@@ -76,6 +76,7 @@ class Dpdfd:
         self._round = 1  # the round in progress (progress display)
         self.input_values = pixels = self.probe_inputs(1)[0].numel()  # values per input (C·H·W)
         self.chunk = self.queries.chunk = rows_per_call(pixels)
+        self.group = rows_per_group(pixels)  # rows the release answers at once, a teacher call (self.chunk) at a time
         # queries that are a function of z (a prior, public-image views; no learned generator) are kept as z when the
         # inputs would not fit in image_buffer_bytes — 152 floats for a 3×224×224 random field instead of 150 528 — and
         # rendered again when the student needs them (re-rendering costs time: small releases keep their images)
@@ -110,6 +111,17 @@ class Dpdfd:
             self.rng.set_state(state)
 
     @torch.no_grad()
+    def probe_rows(self, n: int) -> torch.Tensor:
+        """n rows as a release keeps them (the prior's z with ``store_z``, else inputs); the query stream is left as it was."""
+        if not self.store_z:
+            return self.probe_inputs(n)
+        state = self.rng.get_state()
+        try:
+            return self.queries.source_z(n)
+        finally:
+            self.rng.set_state(state)
+
+    @torch.no_grad()
     def distinct_queries(self, n: int, max_rounds: int = 20) -> torch.Tensor:
         """n pairwise-distinct inputs for one release, none answered by an earlier release.
 
@@ -121,18 +133,20 @@ class Dpdfd:
         and then this costs one sort and changes nothing.
         """
         pool = self.cfg.prior_pool if self._round > 1 and self.cfg.student_data == "rows" else 1  # after the first release
+        def hashed(x):
+            return row_hash(flat_inputs(x, self.cfg.amp))
+
         x, src = self.queries.with_sources(n, pool)
+        h = hashed(x)
         for _ in range(max_rounds):
-            flat = flat_inputs(x, self.cfg.amp)
-            h = row_hash(flat)
-            keep = self.answered.fresh(h, first_by_hash(h, lambda idx: flat[idx]))
+            keep = self.answered.fresh(h, first_by_hash(h, lambda idx: flat_inputs(x[idx], self.cfg.amp)))
             x, src, h = x[keep], src[keep], h[keep]
             distinct = len(x)
             if len(x) >= n:
                 self._last_sources, self.answered.pending = src[:n], h[:n]
                 return x[:n]
-            more, more_src = self.queries.with_sources(n - len(x), pool)
-            x, src = torch.cat([x, more]), torch.cat([src, more_src])
+            more, more_src = self.queries.with_sources(n - len(x), pool)  # only the new draws are hashed
+            x, src, h = torch.cat([x, more]), torch.cat([src, more_src]), torch.cat([h, hashed(more)])
         raise DpconvertError(
             f"the query source gave only {distinct} distinct inputs not answered before for a release of {n}",
             fix="lower `batch_size` or `releases`, or give more `public_data` images", param="batch_size")
@@ -144,17 +158,21 @@ class Dpdfd:
         def flat(z):
             return flat_inputs(self.prior(z), self.cfg.amp)
 
+        def hashed(z):
+            return batched(lambda c: row_hash(flat(c)), z, self.chunk)
+
         z = self.queries.source_z(n)
+        h = hashed(z)
         for round_ in range(max_rounds):
-            h = batched(lambda c: row_hash(flat(c)), z, self.chunk)
             keep = self.answered.fresh(h, first_by_hash(h, lambda idx: flat(z[idx])))
             z, h = z[keep], h[keep]
             distinct = len(z)
             if len(z) >= n:
                 self._draw_hashes = h[:n]
                 return z[:n]
-            if round_ + 1 < max_rounds:
-                z = torch.cat([z, self.queries.source_z(n - len(z))])
+            if round_ + 1 < max_rounds:  # only the new draws are hashed: a million rows with 17 repeats were hashed twice
+                more = self.queries.source_z(n - len(z))
+                z, h = torch.cat([z, more]), torch.cat([h, hashed(more)])
         raise DpconvertError(f"the query source gave only {distinct} distinct inputs not answered before for a release of {n}",
                              fix="lower `batch_size` or `releases`, or give more `public_data` images", param="batch_size")
 
@@ -220,21 +238,19 @@ class Dpdfd:
         mine = rows[self.world.shard(len(rows))]
         self.student.eval()
         self.progress.phase(f"release {self._round}/{self.cfg.releases}: teacher", len(mine), "rows")
-        zero_student = None  # known after the first chunk: see _student_answers_zero
+        zero_student = None  # known after the first group: see _student_answers_zero
 
-        def answer(chunk: torch.Tensor) -> torch.Tensor:  # [student logits | pre-noise rows] of one chunk
+        def answer(group: torch.Tensor) -> torch.Tensor:
             nonlocal zero_student
-            x = self.render(chunk)
-            with torch.no_grad():
-                s_logits = torch.zeros(len(x), self.num_classes, device=x.device) if zero_student else self.model(x)
-            zero_student = self._student_answers_zero(s_logits) if zero_student is None else zero_student
-            self.progress.advance(len(chunk))
-            return torch.cat([s_logits, self._rows(x, s_logits)], 1)
+            answered = self._answer(group, student=not zero_student)
+            zero_student = self._student_answers_zero(answered[:, :self.num_classes]) if zero_student is None else zero_student
+            self.progress.advance(len(group))
+            return answered
 
         with phase("teacher forward", items=len(mine)):
             # one preallocated output (distill/models.batched), not per-chunk lists: those fragmented glibc's heap
             # under the allocator settings of convert/allocator.py (a 3 M-row release grew ~90 MB/s to 21 GB)
-            answered = batched(answer, mine, self.chunk)
+            answered = batched(answer, mine, self.group)
         t1 = time.perf_counter()
         with phase("release", items=len(rows)):
             k = self.num_classes
@@ -242,6 +258,14 @@ class Dpdfd:
             s_logits = self.world.gather_rows(answered[:, :k].clone(), len(rows))
             del answered  # nothing un-noised from the teacher survives this function
         return s_logits, g_noisy, t1 - t0, time.perf_counter() - t1
+
+    @torch.no_grad()
+    def _answer(self, group: torch.Tensor, student: bool = True) -> torch.Tensor:
+        """[student logits | pre-noise rows] of a group of rows (z or inputs): rendered, the student's forward (exactly 0
+        with ``student`` False: a zero-head student, _student_answers_zero) and the teacher's, a call at a time."""
+        x = self.render(group)
+        s_logits = batched(self.model, x, self.chunk) if student else torch.zeros(len(x), self.num_classes, device=x.device)
+        return torch.cat([s_logits, self._rows(x, s_logits)], 1)
 
     def _student_answers_zero(self, s_logits: torch.Tensor) -> bool:
         """True while the student's classifier is all zeros (``zero_head``, before it trained) and it answered exactly 0
@@ -259,7 +283,7 @@ class Dpdfd:
         grads = []
         for teacher in self.members:
             with torch.inference_mode(), self.model.autocast():
-                t_logits = teacher(x).to(self.device).float()
+                t_logits = batched(teacher, x, self.chunk).to(self.device).float()
             grads.append(per_sample_output_gradient(s_logits, t_logits.clone(), self.cfg))
             del t_logits
         return grads[0] if len(grads) == 1 else self.mechanism.mean_of_normalised(grads)
@@ -321,7 +345,7 @@ class Dpdfd:
         """What the run will cost on this machine, from timing the teacher and student steps on ``probe`` query inputs
         (a copy of the student: the run itself is unchanged). Each is timed repeatedly for a while and the median taken:
         one short timing on a loaded machine was off by up to 60× (a burst of the other load, or of thread start-up).
-        ``timing``: ``profiling.fastest_seconds`` for the machine's own speed (what a time budget is sized from).
+        ``timing``: ``profiling.sustained_seconds`` for a time budget (a longer window).
         Console only: no private data is involved."""
         import copy
 
@@ -332,12 +356,14 @@ class Dpdfd:
         # rows kept as z are hashed once more as views to keep them distinct (distinct_prior_draws): 6.5 M 28×28 rows spent
         # 197 s drawing queries where rendering alone was timed at 2 min
         hashing = timing(lambda: row_hash(flat_inputs(x, cfg.amp))) / n if self.store_z else 0.0
-        with torch.inference_mode(), self.model.autocast():
-            self.teacher(x[:2])  # warm-up: lazy initialisation is not throughput
-            teacher = timing(lambda: self.teacher(x)) / n
-        # the teacher phase also renders each row again (from z) and runs the student on it, except in the first release
-        # of a zero-head student (_student_answers_zero)
-        teacher += self._student_forward_share() * self._student_forward_seconds(x, timing) + (render if self.store_z else 0.0)
+        # the teacher phase as the release runs it (_answer on a group of rows: rendered again from z, the rows computed,
+        # torch and the teacher's runtime taking turns), not the teacher alone on one batch: that read an onnxruntime
+        # teacher's phase ~35 % fast, and a run sized to 25 minutes took 33 (benchmarks/RESULTS.md, table 15)
+        rows = self.probe_rows(self.group)
+        self._answer(rows[:2], student=False)  # warm-up: lazy initialisation is not throughput
+        teacher = timing(lambda: self._answer(rows, student=False)) / len(rows)
+        # and the student's forward on each row, except in the first release of a zero-head student (_student_answers_zero)
+        teacher += self._student_forward_share() * self._student_forward_seconds(x, timing)
         twin = StudentModel(copy.deepcopy(self.student).train(), self.device, cfg.amp, LOCAL)
         opt = torch.optim.Adam(twin.module.parameters(), lr=0.0)
         size = min(self.chunk, cfg.source_minibatch if cfg.student_data == "sources" else cfg.minibatch)

@@ -166,14 +166,14 @@ class Dpdfd(Method):
         from dpconvert.accounting import ACCOUNTANTS
         from dpconvert.generators.public_images import PublicImageSource
         from dpconvert.mechanisms.dpdfd import Dpdfd as Engine
-        from dpconvert.profiling import fastest_seconds
+        from dpconvert.profiling import sustained_seconds
 
         torch.manual_seed(run.seed)
         student, _, prior, _, generator = self._models(run, opts, spec, rows=BUDGET_ROWS_GRID[0])  # few images: only timed
         probe = Engine(teacher, student, generator, self._engine_config(run, opts, plan, generator, spec, prior),
                        ACCOUNTANTS.get(self._accountant_name(opts))(), device=run.device, prior=prior, noise=ctx.noise, world=ctx.world)
         fit = release_rows_that_fit(spec, PublicImageSource.NZ)  # per-image targets keep each view as its z
-        timed = probe.estimate(timing=fastest_seconds)
+        timed = probe.estimate(timing=sustained_seconds)
         trial = trial_rows(run, opts, spec)
         rows = rows_for_budget(timed, minutes, plan.batch_size, None if fit is None else fit // 2, also_rows=trial)
         return dataclasses.replace(self.plan(run, dataclasses.replace(opts, batch_size=rows, time_budget=None), spec), time_budget=minutes,

@@ -44,15 +44,16 @@ LARGE_INPUT_STUDENT_SAMPLES = 200_000
 DATA_FREE_PER_IMAGE_BATCH = 3_000_000
 # data-free prior images on CPU: B (rows per release) is sized to a time budget from the teacher's speed measured before
 # the run (Dpdfd._budgeted_plan), not fixed: a teacher twice as fast gets twice the answers, each target averages more of
-# them. B is the largest step of BUDGET_ROWS_GRID that fits (about 1.5× apart: a timing that is off by 15 % moves B by one
-# step at most, so a repeated run on the same machine mostly asks for the same B); the plan prints it and `batch_size` B
-# repeats it anywhere. The bar this serves: a default run ≤ 30 min on 2 cores (benchmarks/RESULTS.md, table 15)
+# them. B is the largest step of BUDGET_ROWS_GRID that fits (1.2–1.33× apart: fine enough that a slow teacher is not
+# cut to two thirds of what fits — the ResNet-34 gains most per row there — and coarse enough that a repeated run on the
+# same machine mostly asks for the same B); the plan prints it and `batch_size` B repeats it anywhere. The bar this serves: a default run ≤ 30 min on 2 cores (benchmarks/RESULTS.md, table 15)
 DEFAULT_TIME_BUDGET_MINUTES = 25.0
 # from 100 000 rows: a 3×64×64 ResNet-34 answers ~220 rows/s on 2 cores, so 150 000–200 000 rows fit 25 minutes beside
 # its student (fewer answers per image make noisier targets: the plan prints their noise-to-signal); 20 M rows of 28×28
 # views peak at ~10 GB (3.1 GB measured at 6.5 M), and no step above a quarter of the machine's memory by
 # `release_rows_that_fit`'s count is taken
-BUDGET_ROWS_GRID = tuple(int(m * 1_000_000) for m in (0.1, 0.15, 0.2, 0.3, 0.4, 0.6, 0.8, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 20))
+BUDGET_ROWS_GRID = tuple(int(m * 1_000_000) for m in (0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1, 1.25, 1.5, 2, 2.5, 3, 4,
+                                                     5, 6, 8, 10, 12, 16, 20))
 BUDGET_SHARE = 0.9  # of the budget for the phases the estimate times (export, evaluation and start-up take the rest)
 DEFAULT_GAN_IMAGES = 2500  # `generator` dpgan: fixed GAN samples queried as views (methods/dpgan.py; RESULTS table 14)
 # their averaged targets are used as released, not shrunk by the empirical-Bayes mixture (`source_targets.DENOISERS`):
