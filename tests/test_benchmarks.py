@@ -104,3 +104,11 @@ def test_teacher_runtime_speed_smoke(tmp_path):
     """The script behind RESULTS' teacher-runtime rows, on the built-in teacher."""
     [row] = _run([ROOT / "benchmarks/teacher_runtime_speed.py", "--teachers", "builtin:digits"], tmp_path)
     assert row["runtime"].startswith("onnxruntime") and row["torch_rows_per_s"] > 0 and row["runtime_rows_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_release_speed_smoke(tmp_path):
+    """The script behind RESULTS' "Where the release's time goes" rows, on the built-in teacher."""
+    [row] = _run([ROOT / "benchmarks/release_speed.py", "--teacher", "builtin:digits", "--rows", "3000"], tmp_path)
+    assert row["queries_us_per_row"] > 0 and row["teacher_phase_group_us_per_row"] > 0 and row["rows_per_group"] >= row["rows_per_call"]
+    assert set(row["grid_us_per_view"]) == {"torch_affine_grid", "sampling_grid"}
