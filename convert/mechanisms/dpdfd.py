@@ -104,20 +104,18 @@ class Dpdfd:
     @torch.no_grad()
     def probe_inputs(self, n: int) -> torch.Tensor:
         """n inputs from the query source for checks before the first release; the query stream is left as it was."""
-        state = self.rng.get_state()
-        try:
-            return self.synthesise(n)
-        finally:
-            self.rng.set_state(state)
+        return self._off_stream(self.synthesise, n)
 
     @torch.no_grad()
     def probe_rows(self, n: int) -> torch.Tensor:
         """n rows as a release keeps them (the prior's z with ``store_z``, else inputs); the query stream is left as it was."""
-        if not self.store_z:
-            return self.probe_inputs(n)
+        return self._off_stream(self.queries.source_z, n) if self.store_z else self.probe_inputs(n)
+
+    def _off_stream(self, draw, n: int) -> torch.Tensor:
+        """``draw(n)`` with the query stream restored afterwards (probes must not change what the run then asks)."""
         state = self.rng.get_state()
         try:
-            return self.queries.source_z(n)
+            return draw(n)
         finally:
             self.rng.set_state(state)
 
@@ -269,7 +267,7 @@ class Dpdfd:
 
     def _student_answers_zero(self, s_logits: torch.Tensor) -> bool:
         """True while the student's classifier is all zeros (``zero_head``, before it trained) and it answered exactly 0
-        on a whole chunk: then it answers 0 on every input, and the release skips its forward pass (on 28×28 ~40 % of
+        on a whole group of rows: then it answers 0 on every input, and the release skips its forward pass (on 28×28 ~40 % of
         the teacher phase) — the rows are the same numbers."""
         if not self.cfg.zero_head:
             return False
