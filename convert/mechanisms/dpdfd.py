@@ -131,46 +131,38 @@ class Dpdfd:
         and then this costs one sort and changes nothing.
         """
         pool = self.cfg.prior_pool if self._round > 1 and self.cfg.student_data == "rows" else 1  # after the first release
-        def hashed(x):
-            return row_hash(flat_inputs(x, self.cfg.amp))
-
-        x, src = self.queries.with_sources(n, pool)
-        h = hashed(x)
-        for _ in range(max_rounds):
-            keep = self.answered.fresh(h, first_by_hash(h, lambda idx: flat_inputs(x[idx], self.cfg.amp)))
-            x, src, h = x[keep], src[keep], h[keep]
-            distinct = len(x)
-            if len(x) >= n:
-                self._last_sources, self.answered.pending = src[:n], h[:n]
-                return x[:n]
-            more, more_src = self.queries.with_sources(n - len(x), pool)  # only the new draws are hashed
-            x, src, h = torch.cat([x, more]), torch.cat([src, more_src]), torch.cat([h, hashed(more)])
-        raise DpconvertError(
-            f"the query source gave only {distinct} distinct inputs not answered before for a release of {n}",
-            fix="lower `batch_size` or `releases`, or give more `public_data` images", param="batch_size")
+        (x, src), h = self._distinct(lambda k: self.queries.with_sources(k, pool), lambda x: x, n, max_rounds)
+        self._last_sources, self.answered.pending = src, h
+        return x
 
     @torch.no_grad()
     def distinct_prior_draws(self, n: int, max_rounds: int = 20) -> torch.Tensor:
         """``distinct_queries`` for a prior that is a function of z: the z of n pairwise-distinct inputs, checked by
         hash without keeping the inputs (a release of millions of 28×28 rows would not fit in memory as images)."""
-        def flat(z):
-            return flat_inputs(self.prior(z), self.cfg.amp)
+        (z,), self._draw_hashes = self._distinct(lambda k: (self.queries.source_z(k),), self.prior, n, max_rounds)
+        return z
 
-        def hashed(z):
-            return batched(lambda c: row_hash(flat(c)), z, self.chunk)
+    def _distinct(self, draw: Callable, inputs_of: Callable, n: int, max_rounds: int) -> tuple[tuple, torch.Tensor]:
+        """(aligned tensors, row hashes) of n draws whose inputs are pairwise distinct and not answered before.
+        ``draw(k)``: k draws as a tuple of aligned tensors, the first of which ``inputs_of`` turns into the inputs
+        (hashed a chunk at a time, never all kept as images)."""
+        def flat(first):
+            return flat_inputs(inputs_of(first), self.cfg.amp)
 
-        z = self.queries.source_z(n)
-        h = hashed(z)
+        def hashed(first):
+            return batched(lambda c: row_hash(flat(c)), first, self.chunk)
+
+        rows = draw(n)
+        h = hashed(rows[0])
         for round_ in range(max_rounds):
-            keep = self.answered.fresh(h, first_by_hash(h, lambda idx: flat(z[idx])))
-            z, h = z[keep], h[keep]
-            distinct = len(z)
-            if len(z) >= n:
-                self._draw_hashes = h[:n]
-                return z[:n]
+            keep = self.answered.fresh(h, first_by_hash(h, lambda idx: flat(rows[0][idx])))
+            rows, h = tuple(r[keep] for r in rows), h[keep]
+            distinct = len(h)
+            if distinct >= n:
+                return tuple(r[:n] for r in rows), h[:n]
             if round_ + 1 < max_rounds:  # only the new draws are hashed: a million rows with 17 repeats were hashed twice
-                more = self.queries.source_z(n - len(z))
-                z, h = torch.cat([z, more]), torch.cat([h, hashed(more)])
+                more = draw(n - distinct)
+                rows, h = tuple(torch.cat([a, b]) for a, b in zip(rows, more)), torch.cat([h, hashed(more[0])])
         raise DpconvertError(f"the query source gave only {distinct} distinct inputs not answered before for a release of {n}",
                              fix="lower `batch_size` or `releases`, or give more `public_data` images", param="batch_size")
 
