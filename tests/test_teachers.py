@@ -190,7 +190,13 @@ def test_imagenet_shaped_timm_checkpoint_converts_end_to_end(tmp_path, cli):
     assert card["model"]["architecture"] == "reduced_cnn" and card["guarantee"]["epsilon"] == pytest.approx(1.0)
     assert card["mechanism"]["device_defaults"]["student"] is True
     assert card["mechanism"]["config"]["minibatch"] == 64  # large inputs
-    assert card["export"]["parity"]["top1_agreement"] == 1.0
+    # 1 000 near-uniform logits after one epoch: a near-tie can flip in the last float bit (0.996 on one CI machine), so
+    # the bar is the product's own: parity inside the thresholds that would otherwise put a warning on the card
+    from dpconvert.accounting.statements import PARITY_MAX_ABS_DIFF, PARITY_MIN_TOP1, WEAK_PARITY_PREFIX
+
+    parity = card["export"]["parity"]
+    assert parity["max_abs_diff"] < PARITY_MAX_ABS_DIFF and parity["top1_agreement"] >= PARITY_MIN_TOP1
+    assert not any(w.startswith(WEAK_PARITY_PREFIX) for w in card["warnings"])
 
 
 @pytest.mark.slow
