@@ -88,7 +88,8 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
         with phase("load teacher"):
             load_options = load_options or LoadOptions(device=run.device)
             teacher = load_teachers(teacher_source, load_options)
-            use_teacher_runtime(teacher, load_options.teacher_runtime, run.device, getattr(opts, "amp", None))
+            if method.queries_teacher:  # an export and a parity check buy nothing for a method that never asks
+                use_teacher_runtime(teacher, load_options.teacher_runtime, run.device, getattr(opts, "amp", None))
         inherited = teacher_card(teacher_source, teacher, run)  # before the long work: a bad teacher card fails now
         if run.class_names is not None and len(run.class_names) != teacher.spec.num_classes:
             raise DpconvertError(f"`class_names` lists {len(run.class_names)} classes but the teacher has {teacher.spec.num_classes}",

@@ -57,6 +57,9 @@ class Method(ABC):
     distributed: ClassVar[bool] = False  # runs under torchrun across processes (convert/distributed.py)
     noise_free: ClassVar[bool] = False  # has a noise-free mode (`no_privacy`: a non-private student for comparison)
     several_teachers: ClassVar[bool] = False  # distils several teachers at once
+    # asks the teacher about many inputs (then the pipeline moves it to the faster runtime, io/teacher_runtime.py);
+    # the others use its input size and answer the evaluation only, in torch
+    queries_teacher: ClassVar[bool] = False
     takes_noise_multiplier: ClassVar[bool] = False  # its noise can be given as `noise_multiplier` instead of `eps`
 
     def auto_reason(self, run) -> Optional[str]:

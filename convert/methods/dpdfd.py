@@ -36,6 +36,7 @@ log = logging.getLogger("dpconvert")
 class Dpdfd(Method):
     noise_free = True
     several_teachers = True
+    queries_teacher = True
     takes_noise_multiplier = True
 
     name = "dpdfd"
