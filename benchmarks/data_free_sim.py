@@ -148,6 +148,8 @@ def main() -> None:
     p.add_argument("--delta", type=float, default=1e-5, help="the product's default is 1/R (1e-6 for a million rows)")
     p.add_argument("--seeds", default="0")
     p.add_argument("--pool", type=int, default=0)
+    p.add_argument("--balance", action="store_true", help="the student's images drawn with weight 1/(count of their target's top "
+                   "class): the issue's sigma = 0 lever, here on the denoised per-image targets (post-processing)")
     p.add_argument("--shrink", action="store_true", help="a second student on targets shrunk towards the first student's answers")
     p.add_argument("--logit-adjust", choices=("on", "off", "both"), default="on")
     p.add_argument("--student-samples", type=int, default=DpdfdConfig.student_samples)
@@ -188,7 +190,12 @@ def main() -> None:
                 g = torch.Generator().manual_seed(seed + 1000)
                 noisy = clean + math.sqrt(var) * torch.randn(clean.shape, generator=g)
                 targets = DENOISERS.get(a.denoise)(noisy, torch.full((n,), var, dtype=torch.float64), seed)
-                idx = torch.arange(n)
+                idx, top_agreement = torch.arange(n), round(float((targets.argmax(1) == clean.argmax(1)).float().mean()), 4)
+                if a.balance:  # each target's top class drawn equally often (released targets only: post-processing)
+                    top = targets.argmax(1)
+                    weight = 1.0 / torch.bincount(top, minlength=spec.num_classes)[top].double()
+                    idx = torch.multinomial(weight, n, replacement=True, generator=torch.Generator().manual_seed(seed + 3))
+                    targets = targets[idx]
                 for la in adjust:
                     cfg = DpdfdConfig(**{**engine_option_settings(DpdfdOptions(), spec), "logit_adjust": la}, student_data="sources", seed=seed,
                                       student_samples=a.student_samples)
@@ -197,9 +204,9 @@ def main() -> None:
                     acc, plain = accuracy(student, data, shift)
                     row = {"prior": a.prior, "teacher": Path(a.teacher).name, "student": student_name, **({"loss": a.loss} if a.loss != "logits" else {}),
                            **({"kd_temperature": a.kd_temperature} if a.loss == "kd" else {}), "images": n, "rows": a.rows, "eps": eps, "delta": a.delta, "seed": seed, "logit_adjust": la,
-                           "denoise": a.denoise, "student_samples": a.student_samples, "accuracy": round(acc, 4),
+                           "denoise": a.denoise, **({"balance": True} if a.balance else {}), "student_samples": a.student_samples, "accuracy": round(acc, 4),
                            "accuracy_before_adjust": round(plain, 4),
-                           "target_top_agreement": round(float((targets.argmax(1) == clean.argmax(1)).float().mean()), 4),
+                           "target_top_agreement": top_agreement,
                            "clean_s": round(t_clean, 1), "student_s": round(time.time() - t1, 1)}
                     if a.pool:
                         t2 = time.time()
