@@ -5,7 +5,11 @@
 #
 # Needs, prepared on a CPU machine and carried with the working tree (benchmarks/runs/ is git-ignored):
 #   benchmarks/runs/cifar10_published.pt, benchmarks/runs/natural_eval.npz   (python benchmarks/published_cifar10_teacher.py)
-#   benchmarks/runs/fmnist_cnn.safetensors, benchmarks/runs/fmnist_eval_last5k.npz   (optional: the Fashion-MNIST rows)
+#   benchmarks/runs/fmnist_cnn2.safetensors, benchmarks/runs/fmnist_eval_last5k.npz   (optional: the Fashion-MNIST row;
+#   python benchmarks/train_fmnist_teachers.py --which cnn2, and the eval split as benchmarks/run_pknn.py prepares it)
+# On a lent device, carry those four files by name (~8 MB; benchmarks/runs/ as a whole holds an 82 MB ResNet, over the
+# 64 MiB a run may carry).
+# Dry run on a CPU (checks the script, not the numbers): sed 's/--device cuda/--device cpu/; s/20000000/4000/g' first.
 # Each row is the command a user types, at ε = 1 with seeded noise (so a seed reproduces it), timed by the summary; every
 # card lands in OUT_DIR with its JSON summary. A row that would run past its time budget is cut by `timeout` and says so.
 set -u
@@ -24,6 +28,7 @@ row() {  # row NAME SECONDS ARGS...: one conversion, its card and summary JSON i
   timeout "$budget" python -m dpconvert "$@" --device cuda --seeded-noise --force --out "$OUT/$name.onnx" --json > "$OUT/$name.json" \
     2> "$OUT/$name.log" || echo "   $name: exit $? (timeout 124 = cut at ${budget}s)"
   echo "   $name: $((SECONDS - t0)) s"
+  [ -s "$OUT/$name.json" ] || return 0  # cut by the timeout: no summary to read
   python - "$OUT/$name.json" <<'EOF' || true
 import json, sys
 card = json.load(open(sys.argv[1]))
@@ -38,8 +43,8 @@ if [ -f "$RUNS/cifar10_published.pt" ]; then
   row cifar_natural_images_20m 150 $CIFAR --eps 1 --prior natural_crops --prior-images 50000 --batch-size 20000000 --eval-data "$RUNS/natural_eval.npz"
   row cifar_fields_rows_20m 120 $CIFAR --eps 1 --prior centred_fields --batch-size 20000000 --epochs 2 --eval-data "$RUNS/natural_eval.npz"
 fi
-if [ -f "$RUNS/fmnist_cnn.safetensors" ]; then
-  row fmnist_fields_images_20m 150 "$RUNS/fmnist_cnn.safetensors" --eps 1 --prior-images 50000 --batch-size 20000000 \
+if [ -f "$RUNS/fmnist_cnn2.safetensors" ]; then
+  row fmnist_fields_images_20m 150 "$RUNS/fmnist_cnn2.safetensors" --eps 1 --prior-images 50000 --batch-size 20000000 \
     --eval-data "$RUNS/fmnist_eval_last5k.npz"
 fi
 echo "cards and summaries in $OUT"
