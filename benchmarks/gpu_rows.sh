@@ -20,9 +20,12 @@ S=0.0039215686
 CIFAR="$RUNS/cifar10_published.pt --input-size 3,32,32 --mean 0,0,0 --std $S,$S,$S"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 
+ONLY=${ONLY:-}  # a pattern: only the rows whose name matches it (benchmarks/device_check.sh runs two)
+
 row() {  # row NAME SECONDS ARGS...: one conversion, its card and summary JSON in OUT
   local name=$1 budget=$2
   shift 2
+  [[ -z "$ONLY" || "$name" =~ $ONLY ]] || return 0
   echo "== $name (budget ${budget}s): dpconvert $*"
   local t0=$SECONDS
   timeout "$budget" python -m dpconvert "$@" --device cuda --seeded-noise --force --out "$OUT/$name.onnx" --json > "$OUT/$name.json" \
