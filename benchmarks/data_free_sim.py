@@ -98,6 +98,15 @@ def accuracy(student, data, shift=None) -> tuple[float, float]:
     return (float((logits.argmax(1) == data.y).float().mean()), float((plain.argmax(1) == data.y).float().mean()))
 
 
+def balanced(targets: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(image indices, their targets) drawn with weight 1/(count of each target's top class): every top class equally
+    often (released targets only: post-processing)."""
+    top = targets.argmax(1)
+    weight = 1.0 / torch.bincount(top)[top].double()
+    idx = torch.multinomial(weight, len(targets), replacement=True, generator=torch.Generator().manual_seed(seed + 3))
+    return idx, targets[idx]
+
+
 @torch.no_grad()
 def pooled(student, source, idx, targets, k: int) -> torch.Tensor:
     """Each target averaged with its k nearest neighbours (cosine) in the student's penultimate features."""
@@ -190,12 +199,9 @@ def main() -> None:
                 g = torch.Generator().manual_seed(seed + 1000)
                 noisy = clean + math.sqrt(var) * torch.randn(clean.shape, generator=g)
                 targets = DENOISERS.get(a.denoise)(noisy, torch.full((n,), var, dtype=torch.float64), seed)
-                idx, top_agreement = torch.arange(n), round(float((targets.argmax(1) == clean.argmax(1)).float().mean()), 4)
-                if a.balance:  # each target's top class drawn equally often (released targets only: post-processing)
-                    top = targets.argmax(1)
-                    weight = 1.0 / torch.bincount(top, minlength=spec.num_classes)[top].double()
-                    idx = torch.multinomial(weight, n, replacement=True, generator=torch.Generator().manual_seed(seed + 3))
-                    targets = targets[idx]
+                unique, unique_targets = torch.arange(n), targets
+                top_agreement = round(float((targets.argmax(1) == clean.argmax(1)).float().mean()), 4)
+                idx, targets = balanced(unique_targets, seed) if a.balance else (unique, unique_targets)
                 for la in adjust:
                     cfg = DpdfdConfig(**{**engine_option_settings(DpdfdOptions(), spec), "logit_adjust": la}, student_data="sources", seed=seed,
                                       student_samples=a.student_samples)
@@ -210,8 +216,11 @@ def main() -> None:
                            "clean_s": round(t_clean, 1), "student_s": round(time.time() - t1, 1)}
                     if a.pool:
                         t2 = time.time()
-                        second, shift2 = train(spec, source, idx, pooled(student, source, idx, targets, a.pool), cfg, student_name)
-                        row.update(pool=a.pool, pooled_accuracy=round(accuracy(second, data, shift2)[0], 4), pool_s=round(time.time() - t2, 1))
+                        pooled_targets = pooled(student, source, unique, unique_targets, a.pool)  # over distinct images
+                        second, shift2 = train(spec, source, *(balanced(pooled_targets, seed) if a.balance else (unique, pooled_targets)),
+                                               cfg, student_name)
+                        row.update(pool=a.pool, pooled_accuracy=round(accuracy(second, data, shift2)[0], 4), pool_s=round(time.time() - t2, 1),
+                                   pooled_top_agreement=round(float((pooled_targets.argmax(1) == clean.argmax(1)).float().mean()), 4))
                     if a.shrink:
                         t2 = time.time()
                         second, shift2 = train(spec, source, idx, shrunk(student, source, idx, targets, var), cfg, student_name)
