@@ -92,7 +92,7 @@ def test_sigma_zero_equals_plain_distillation(loss):
 
     teacher, student, twin = _teacher_student_and_twin()
     cfg = engine_config(releases=1, batch_size=64, sigma=0.0, distill_loss=loss, target_step=1.0, score_scale=5.0, student_epochs=1,
-                      minibatch=16, prior_pool=1)
+                      minibatch=16, prior_pool=1, head_refit=False)  # the least-squares head: its own test below
     if cfg.zero_head:  # as the engine does: the first release is taken at s = 0
         torch.nn.init.zeros_(classifier(twin).weight)
         torch.nn.init.zeros_(classifier(twin).bias)
@@ -122,6 +122,53 @@ def test_sigma_zero_equals_plain_distillation(loss):
         opt.step()
     for a, b in zip(student.parameters(), twin.parameters()):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_the_least_squares_head_is_the_ols_fit_to_the_released_rows():
+    """head_refit: after training, the classifier is the least-squares fit of the released (centred) targets on the
+    features the trained student computes in evaluation mode, written out here independently; every other weight is
+    the optimiser's, as without it."""
+    teacher, student, twin = _teacher_student_and_twin()
+    kw = dict(releases=1, batch_size=512, sigma=0.0, distill_loss="logits", student_epochs=1, minibatch=64, prior_pool=1)
+    runs = []
+    for model, refit in ((student, True), (twin, False)):
+        job = Dpdfd(lambda x: teacher(x), model, None, engine_config(**kw, head_refit=refit), DpdfdAccountant(),
+                    prior=create_generator("random_fields", SPEC))
+        done = released_once(job)
+        done.trainer.rng = torch.Generator().manual_seed(7)
+        done.train_student()
+        runs.append(done)
+    for (name, a), b in zip(student.named_parameters(), twin.parameters()):
+        if not name.startswith("head."):
+            assert torch.equal(a, b), name
+    x, y = runs[1].released_inputs(), runs[1].buffer_y[0]
+    assert torch.equal(x, runs[0].released_inputs()) and torch.equal(y, runs[0].buffer_y[0])
+    twin.eval()
+    with torch.no_grad():
+        f = twin.forward_features(x.contiguous(memory_format=torch.channels_last)).double()
+    design = torch.cat([f, torch.ones(len(f), 1, dtype=f.dtype)], 1)
+    w = torch.linalg.lstsq(design, (y - y.mean(1, keepdim=True)).double(), driver="gelsd").solution
+    head, target = classifier(student), (y - y.mean(1, keepdim=True)).double()
+    assert not torch.allclose(head.weight, classifier(twin).weight, atol=1e-3)  # it did replace the optimiser's head
+    # compared through the fit (the weights of 129 features on 512 rows are ill-conditioned; the fit is not)
+    fitted = design @ torch.cat([head.weight.T, head.bias[None]]).double().detach()
+    assert torch.allclose(fitted, design @ w, atol=1e-4)
+    rss, least = (fitted - target).pow(2).sum(), (design @ w - target).pow(2).sum()
+    assert rss <= least * (1 + 1e-6)
+
+
+def test_the_least_squares_head_is_left_out_where_rows_are_few_for_the_features():
+    """(γσC)²·(D+1)/n against (γC)²/K: the digits default (σ ≈ 4, 300 000 rows, 128 features, K = 10) refits; a
+    224-px teacher's 16 384 rows at K = 1 000 do not; nor a CE release, nor head_refit off."""
+    from dpconvert.distill.student_training import head_refit_applies
+
+    digits, imagenet = torch.nn.Linear(128, 10), torch.nn.Linear(128, 1000)
+    assert head_refit_applies(engine_config(sigma=3.99), digits, 300_000)
+    assert not head_refit_applies(engine_config(sigma=3.99), imagenet, 16_384)
+    assert not head_refit_applies(engine_config(sigma=3.99), digits, 20_000)
+    assert head_refit_applies(engine_config(sigma=0.0), imagenet, 16_384)
+    assert not head_refit_applies(engine_config(sigma=0.0, distill_loss="ce"), digits, 300_000)
+    assert not head_refit_applies(engine_config(sigma=0.0, head_refit=False), digits, 300_000)
 
 
 def test_logit_output_gradient_closed_form():

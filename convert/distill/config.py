@@ -52,6 +52,9 @@ class DpdfdConfig:
     # (source_targets.DENOISERS) and trains on fresh views of the images (distill/source_targets.py)
     student_data: str = "rows"
     denoise: str = "bayes"
+    # "rows", after the last round: the classifier refitted by least squares on every released row (post-processing;
+    # StudentTrainer.refit_head), where the rows are many enough for the features (head_refit_applies)
+    head_refit: bool = True
     student_samples: int = 400_000  # "sources": views the student trains on in all (epochs over the images follow from it)
     source_minibatch: int = 256  # "sources": images per student step (loss: cross-entropy to the softmax of each target)
     amp: Optional[str] = None  # "bf16": teacher and student forward under bf16 autocast; the release stays fp32

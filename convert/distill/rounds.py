@@ -94,7 +94,11 @@ class DpdfdRounds:
             if self.initial_student is not None and self.round == self.cfg.releases:
                 targets = self._shrunk_to_first_student(idx, targets)
             return self.trainer.on_sources(idx, targets.to(job.device), job.prior.augment, job.prior.nz, self.round_name)
-        return self.trainer.on_rows(joined(self.buffer_x), joined(self.buffer_y), job.render, self.round_name, epochs)
+        x, y = joined(self.buffer_x), joined(self.buffer_y)
+        loss = self.trainer.on_rows(x, y, job.render, self.round_name, epochs)
+        if self.round == self.cfg.releases and self.trainer.head_refit_applies(len(x)):
+            self.trainer.refit_head(x, y, job.render, self.round_name)
+        return loss
 
     def _shrunk_to_first_student(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """cfg.shrink_to_student: a first student on the targets (with the logit adjustment, as the final one gets),

@@ -25,6 +25,7 @@ from dpconvert.distill.models import TEACHER_BATCH, StudentModel, batched, class
 from dpconvert.distill.progress import Progress
 from dpconvert.distill.queries import QueryDraws
 from dpconvert.distill.rounds import planned_student_samples
+from dpconvert.distill.student_training import head_refit_applies
 from dpconvert.distributed import LOCAL, World
 from dpconvert.errors import DpconvertError
 from dpconvert.mechanisms.distinct_inputs import AnsweredInputs, first_by_hash, flat_inputs, row_hash
@@ -283,9 +284,9 @@ class Dpdfd:
         zero-head student: _student_answers_zero)."""
         return (self.cfg.releases - 1) / self.cfg.releases if self.cfg.zero_head else 1.0
 
-    def _student_forward_seconds(self, x: torch.Tensor, timing: Callable = median_seconds) -> float:
-        """Seconds per row of the student's forward pass on ``x`` (0 when no release runs it: nothing is timed)."""
-        if not self._student_forward_share():
+    def _student_forward_seconds(self, x: torch.Tensor, timing: Callable = median_seconds, needed: bool = False) -> float:
+        """Seconds per row of the student's forward pass on ``x`` (0 when no release runs it and not ``needed``)."""
+        if not (self._student_forward_share() or needed):
             return 0.0
         was_training = self.student.training
         self.student.eval()  # as the release runs it; in train mode each timed call would move BatchNorm's running statistics
@@ -353,7 +354,11 @@ class Dpdfd:
         self._answer(rows[:2], student=False)  # warm-up: lazy initialisation is not throughput
         teacher = timing(lambda: self._answer(rows, student=False)) / len(rows)
         # and the student's forward on each row, except in the first release of a zero-head student (_student_answers_zero)
-        teacher += self._student_forward_share() * self._student_forward_seconds(x, timing)
+        rows = cfg.batch_size * cfg.releases
+        # the least-squares head after training: one more student forward per released row
+        refit = cfg.student_data == "rows" and head_refit_applies(cfg, classifier(self.student), rows)
+        forward = self._student_forward_seconds(x, timing, needed=refit)
+        teacher += self._student_forward_share() * forward
         twin = StudentModel(copy.deepcopy(self.student).train(), self.device, cfg.amp, LOCAL)
         opt = torch.optim.Adam(twin.module.parameters(), lr=0.0)
         size = min(self.chunk, cfg.source_minibatch if cfg.student_data == "sources" else cfg.minibatch)
@@ -366,8 +371,8 @@ class Dpdfd:
 
         step()
         student = timing(step) / len(batch)
-        rows, per_row = cfg.batch_size * cfg.releases, (self.prior.nz if self.store_z else x[0].numel())
+        per_row = self.prior.nz if self.store_z else x[0].numel()
         student += render if self.store_z else 0.0  # rows kept as z, or views of source images: rendered again for every sample
         return {"kind": "estimate", "probe": n, "queries_seconds": rows * (render + hashing), "teacher_seconds": rows * teacher / self.world.size,
-                "student_seconds": planned_student_samples(cfg) * student / self.world.size,
+                "student_seconds": planned_student_samples(cfg) * student / self.world.size + (rows * forward if refit else 0.0),
                 "kept_bytes": 4 * per_row * (rows if cfg.student_data == "rows" else 0), "kept_as": "z" if self.store_z else "images"}
