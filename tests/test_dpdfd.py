@@ -165,7 +165,8 @@ def test_the_least_squares_head_is_left_out_where_rows_are_few_for_the_features(
     digits, imagenet = torch.nn.Linear(128, 10), torch.nn.Linear(128, 1000)
     assert head_refit_applies(engine_config(sigma=3.99), digits, 300_000)
     assert not head_refit_applies(engine_config(sigma=3.99), imagenet, 16_384)
-    assert not head_refit_applies(engine_config(sigma=3.99), digits, 20_000)
+    assert not head_refit_applies(engine_config(sigma=3.99), digits, 5_000)
+    assert head_refit_applies(engine_config(sigma=7.58), digits, 300_000)  # ε = 0.5 on the digits
     assert head_refit_applies(engine_config(sigma=0.0), imagenet, 16_384)
     assert not head_refit_applies(engine_config(sigma=0.0, distill_loss="ce"), digits, 300_000)
     assert not head_refit_applies(engine_config(sigma=0.0, head_refit=False), digits, 300_000)

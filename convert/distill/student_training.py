@@ -17,7 +17,7 @@ from .models import StudentModel, classifier
 from .progress import Progress
 
 
-HEAD_REFIT_MAX_NOISE = 0.1  # see StudentTrainer.head_refit_applies
+HEAD_REFIT_MAX_NOISE = 1.0  # the fitted head's own noise at most the signal's power (head_refit_applies)
 
 
 def head_refit_applies(cfg: DpdfdConfig, head: torch.nn.Linear, rows: int) -> bool:
