@@ -350,12 +350,12 @@ class Dpdfd:
         # the teacher phase as the release runs it (_answer on a group of rows: rendered again from z, the rows computed,
         # torch and the teacher's runtime taking turns), not the teacher alone on one batch: that read an onnxruntime
         # teacher's phase ~35 % fast, and a run sized to 25 minutes took 33 (benchmarks/RESULTS.md, table 15)
-        rows = self.probe_rows(self.group)
-        self._answer(rows[:2], student=False)  # warm-up: lazy initialisation is not throughput
-        teacher = timing(lambda: self._answer(rows, student=False)) / len(rows)
-        # and the student's forward on each row, except in the first release of a zero-head student (_student_answers_zero)
+        group = self.probe_rows(self.group)
+        self._answer(group[:2], student=False)  # warm-up: lazy initialisation is not throughput
+        teacher = timing(lambda: self._answer(group, student=False)) / len(group)
         rows = cfg.batch_size * cfg.releases
-        # the least-squares head after training: one more student forward per released row
+        # the student's forward on each row, except in the first release of a zero-head student (_student_answers_zero),
+        # and once more on each after training for the least-squares head
         refit = cfg.student_data == "rows" and head_refit_applies(cfg, classifier(self.student), rows)
         forward = self._student_forward_seconds(x, timing, needed=refit)
         teacher += self._student_forward_share() * forward
