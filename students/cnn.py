@@ -20,14 +20,16 @@ class SmallCNN(nn.Module):
         super().__init__()
         c, h, w = spec.shape
         self.features = nn.Sequential(
+            # max-pooling before the ReLU: the two commute exactly (values and gradients), and the ReLU then runs on a
+            # quarter of the values (its backward was ~8 % of an 8×8 student step on 2 cores)
             nn.Conv2d(c, width, 3, padding=1),
             nn.BatchNorm2d(width),
-            nn.ReLU(inplace=True),
             nn.MaxPool2d(2),
+            nn.ReLU(inplace=True),
             nn.Conv2d(width, 2 * width, 3, padding=1),
             nn.BatchNorm2d(2 * width),
-            nn.ReLU(inplace=True),
             nn.MaxPool2d(2),
+            nn.ReLU(inplace=True),
             nn.Flatten(),
             nn.Linear(2 * width * (h // 4) * (w // 4), hidden),
             nn.ReLU(inplace=True),
