@@ -92,7 +92,7 @@ def test_sigma_zero_equals_plain_distillation(loss):
 
     teacher, student, twin = _teacher_student_and_twin()
     cfg = engine_config(releases=1, batch_size=64, sigma=0.0, distill_loss=loss, target_step=1.0, score_scale=5.0, student_epochs=1,
-                      minibatch=16, prior_pool=1, head_refit=False)  # the least-squares head: its own test below
+                      minibatch=16, prior_pool=1, head_refit=False)  # the refitted head: its own tests below
     if cfg.zero_head:  # as the engine does: the first release is taken at s = 0
         torch.nn.init.zeros_(classifier(twin).weight)
         torch.nn.init.zeros_(classifier(twin).bias)
@@ -124,18 +124,20 @@ def test_sigma_zero_equals_plain_distillation(loss):
         assert torch.allclose(a, b, atol=1e-5)
 
 
-def test_the_least_squares_head_is_the_ols_fit_to_the_released_rows():
-    """head_refit: after training, the classifier is the least-squares fit of the released (centred) targets on the
-    features the trained student computes in evaluation mode, written out here independently; every other weight is
-    the optimiser's, as without it."""
+def _refitted_and_twin(sigma: float):
+    """A student trained on one release and its head refitted, and its twin trained alike without the refit (every
+    non-head weight checked equal); the released inputs and rows, the twin's eval-mode features with a ones column,
+    and the refit's RidgeFit."""
     teacher, student, twin = _teacher_student_and_twin()
-    kw = dict(releases=1, batch_size=512, sigma=0.0, distill_loss="logits", student_epochs=1, minibatch=64, prior_pool=1)
-    runs = []
+    kw = dict(releases=1, batch_size=512, sigma=sigma, distill_loss="logits", student_epochs=1, minibatch=64, prior_pool=1)
+    runs, fits = [], []
     for model, refit in ((student, True), (twin, False)):
         job = Dpdfd(lambda x: teacher(x), model, None, engine_config(**kw, head_refit=refit), DpdfdAccountant(),
-                    prior=create_generator("random_fields", SPEC))
+                    prior=create_generator("random_fields", SPEC), noise=torch.Generator().manual_seed(3))
         done = released_once(job)
         done.trainer.rng = torch.Generator().manual_seed(7)
+        spy = done.trainer.refit_head
+        done.trainer.refit_head = lambda *a: fits.append(spy(*a))
         done.train_student()
         runs.append(done)
     for (name, a), b in zip(student.named_parameters(), twin.parameters()):
@@ -147,14 +149,44 @@ def test_the_least_squares_head_is_the_ols_fit_to_the_released_rows():
     with torch.no_grad():
         f = twin.forward_features(x.contiguous(memory_format=torch.channels_last)).double()
     design = torch.cat([f, torch.ones(len(f), 1, dtype=f.dtype)], 1)
-    w = torch.linalg.lstsq(design, (y - y.mean(1, keepdim=True)).double(), driver="gelsd").solution
-    head, target = classifier(student), (y - y.mean(1, keepdim=True)).double()
+    head = classifier(student)
     assert not torch.allclose(head.weight, classifier(twin).weight, atol=1e-3)  # it did replace the optimiser's head
-    # compared through the fit (the weights of 129 features on 512 rows are ill-conditioned; the fit is not)
     fitted = design @ torch.cat([head.weight.T, head.bias[None]]).double().detach()
+    return (y - y.mean(1, keepdim=True)).double(), design, fitted, runs[0].cfg, fits[0]
+
+
+def test_the_least_squares_head_is_the_ols_fit_to_the_released_rows():
+    """head_refit at σ = 0 (no noise to trade against): the classifier is the least-squares fit of the released
+    (centred) targets on the features the trained student computes in evaluation mode, written out here
+    independently; every other weight is the optimiser's, as without it."""
+    target, design, fitted, _, fit = _refitted_and_twin(0.0)
+    w = torch.linalg.lstsq(design, target, driver="gelsd").solution
+    assert fit.penalty == 0.0
+    # compared through the fit (the weights of 129 features on 512 rows are ill-conditioned; the fit is not)
     assert torch.allclose(fitted, design @ w, atol=1e-4)
     rss, least = (fitted - target).pow(2).sum(), (design @ w - target).pow(2).sum()
     assert rss <= least * (1 + 1e-6)
+
+
+def test_under_noise_the_head_is_the_ridge_fit_at_the_penalty_stein_s_risk_estimate_picks():
+    """σ > 0: the head is (FᵀF + λI)⁻¹FᵀT at a positive λ, solved here directly, and λ is the grid's minimum of
+    ‖T − S T‖² − n·tr Σ + 2·tr S·tr Σ with tr Σ = (γσC)²·(K − 1), the centred rows' noise, from the release's σ, C and
+    γ written out here (a drift in the noise the refit assumes moves the pick)."""
+    from dpconvert.distill.ridge import PENALTY_GRID
+
+    target, design, fitted, cfg, fit = _refitted_and_twin(0.5)
+    noise_trace = (cfg.target_step * 0.5 * cfg.clip) ** 2 * (SPEC.num_classes - 1)
+    gram = design.T @ design
+    live = torch.linalg.eigvalsh(gram)
+    scale = float(live[live > live.max() * 1e-12].mean())
+    risks = []
+    for lam in [0.0] + (PENALTY_GRID * scale).tolist():
+        w = torch.linalg.lstsq(gram + lam * torch.eye(len(gram), dtype=gram.dtype), design.T @ target).solution
+        dof = float(torch.trace(torch.linalg.lstsq(gram + lam * torch.eye(len(gram), dtype=gram.dtype), gram).solution))
+        risks.append((float((design @ w - target).pow(2).sum()) - len(design) * noise_trace + 2 * dof * noise_trace, lam, w))
+    risk, lam, w = min(risks, key=lambda r: r[0])
+    assert lam > 0 and abs(fit.penalty - lam) <= 1e-6 * lam
+    assert torch.allclose(fitted, design @ w, atol=1e-4)
 
 
 def test_the_least_squares_head_is_left_out_where_rows_are_few_for_the_features():

@@ -52,8 +52,9 @@ class DpdfdConfig:
     # (source_targets.DENOISERS) and trains on fresh views of the images (distill/source_targets.py)
     student_data: str = "rows"
     denoise: str = "bayes"
-    # "rows", after the last round: the classifier refitted by least squares on every released row (post-processing;
-    # StudentTrainer.refit_head), where the rows are many enough for the features (head_refit_applies)
+    # "rows", after the last round: the classifier refitted by ridge regression on every released row, its penalty chosen
+    # by Stein's unbiased risk estimate (post-processing; StudentTrainer.refit_head), where the rows are many enough for
+    # the features (head_refit_applies)
     head_refit: bool = True
     student_samples: int = 400_000  # "sources": views the student trains on in all (epochs over the images follow from it)
     source_minibatch: int = 256  # "sources": images per student step (loss: cross-entropy to the softmax of each target)
@@ -72,6 +73,11 @@ class DpdfdConfig:
         """"score": MSE to the label scores decoded from the CE release; "centred": the released y_s, compared
         shift-invariantly (the noise's common shift is not fitted)."""
         return "score" if self.distill_loss == "ce" else "centred"
+
+    @property
+    def target_noise_var(self) -> float:
+        """(γσC)²: the noise variance of each entry of a released target y_s = s − γ·g̃ (g̃ carries N(0, σ²C²) per entry)."""
+        return (self.target_step * self.sigma * self.clip) ** 2
 
     @property
     def zero_head(self) -> bool:

@@ -15,13 +15,14 @@ from dpconvert.distributed import World
 from .config import DpdfdConfig
 from .models import StudentModel, classifier
 from .progress import Progress
+from .ridge import RidgeFit, sure_ridge
 
 
 HEAD_REFIT_MAX_NOISE = 1.0  # the fitted head's own noise at most the signal's power (head_refit_applies)
 
 
 def head_refit_applies(cfg: DpdfdConfig, head: torch.nn.Linear, rows: int) -> bool:
-    """Whether the least-squares head (:meth:`StudentTrainer.refit_head`) replaces the trained one after training on
+    """Whether the refitted head (:meth:`StudentTrainer.refit_head`) replaces the trained one after training on
     ``rows`` released rows: the engine asks for it (``head_refit``), the rows carry the centred logit target, and the
     least-squares head's own noise, (γσC)²·(D+1)/n per output, is at most HEAD_REFIT_MAX_NOISE of the clean target's
     power per output, (γC)²/K (D features, K classes). Where rows are few for the features (a 224-px teacher's
@@ -109,20 +110,35 @@ class StudentTrainer:
         return head_refit_applies(self.cfg, classifier(self.student.module), rows)
 
     @torch.no_grad()
-    def refit_head(self, x: torch.Tensor, y: torch.Tensor, render: Callable, round_name: str) -> None:
-        """The classifier refitted by least squares on every released row, at the features the trained student computes
-        in evaluation mode (as it will answer). The rows' noise is i.i.d. Gaussian of one known variance, so the
-        least-squares head is the minimum-variance unbiased linear head for those features (Gauss–Markov), where the
-        optimiser's head ends wherever its schedule left it, fitted to batch-statistics features. On the built-in
-        digits teacher: +0.8 points on the mean of six seeds, never worse (benchmarks/RESULTS.md, table 1).
+    def refit_head(self, x: torch.Tensor, y: torch.Tensor, render: Callable, round_name: str) -> RidgeFit:
+        """The classifier refitted by ridge regression on every released row, at the features the trained student
+        computes in evaluation mode (as it will answer), its penalty chosen by Stein's unbiased risk estimate
+        (distill/ridge.py). The rows' noise is i.i.d. Gaussian of a variance the release fixes, (γσC)² per entry, so the
+        risk of each candidate head is estimated without held-out rows; λ = 0 is the least-squares head (Gauss–Markov),
+        and where its variance costs more than a penalty's bias a penalty wins. The optimiser's head ends wherever its
+        schedule left it, fitted to batch-statistics features. On the built-in digits teacher: least squares +0.8 points
+        on the mean of six seeds, never worse; the chosen ridge +0.6 more (benchmarks/RESULTS.md, table 1).
         Post-processing of the released rows: no ε."""
-        head, student = classifier(self.student.module), self.student
-        feats: list = []
+        head = classifier(self.student.module)
+        self.progress.phase(f"{round_name}: ridge head", len(x), "rows")
+        gram, cross, target_ss = self._feature_statistics(head, x, y, render)
+        noise_trace = self.cfg.target_noise_var * (head.out_features - 1)  # the centred target: K − 1 free entries
+        fit = sure_ridge(gram, cross, target_ss, len(x), noise_trace)
+        w = fit.weights
+        head.weight.copy_(w[:head.in_features].T.to(head.weight.dtype))
+        if head.bias is not None:
+            head.bias.copy_(w[head.in_features].to(head.bias.dtype))
+        return fit
+
+    def _feature_statistics(self, head: torch.nn.Linear, x: torch.Tensor, y: torch.Tensor, render: Callable):
+        """(FᵀF, FᵀT, ‖T‖²) over every row, F the head's inputs in evaluation mode (and a ones column for its bias), T
+        the row targets as the student is trained on them; float64, accumulated a minibatch at a time."""
+        student, feats = self.student, []
         hook = head.register_forward_hook(lambda _m, inputs, _out: feats.append(inputs[0]))
         gram = cross = None
+        target_ss = 0.0
         was_training = student.module.training
         student.module.eval()
-        self.progress.phase(f"{round_name}: least-squares head", len(x), "rows")
         try:
             for start in range(0, len(x), self.cfg.minibatch):
                 feats.clear()
@@ -132,15 +148,12 @@ class StudentTrainer:
                     f = torch.cat([f, torch.ones(len(f), 1, dtype=f.dtype, device=f.device)], 1)
                 t = self._row_target(y[start:start + len(f)].to(f.device).float()).double()
                 gram, cross = (f.T @ f, f.T @ t) if gram is None else (gram + f.T @ f, cross + f.T @ t)
+                target_ss += float(t.pow(2).sum())
                 self.progress.advance(len(f))
         finally:
             hook.remove()
             student.module.train(was_training)
-        # the minimum-norm solution: units dead on every query (zero columns) get weight 0, collinear ones share it
-        w = torch.linalg.pinv(gram, hermitian=True) @ cross
-        head.weight.copy_(w[:head.in_features].T.to(head.weight.dtype))
-        if head.bias is not None:
-            head.bias.copy_(w[head.in_features].to(head.bias.dtype))
+        return gram.cpu(), cross.cpu(), target_ss
 
 
 @torch.no_grad()

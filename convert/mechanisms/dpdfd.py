@@ -355,7 +355,7 @@ class Dpdfd:
         teacher = timing(lambda: self._answer(group, student=False)) / len(group)
         rows = cfg.batch_size * cfg.releases
         # the student's forward on each row, except in the first release of a zero-head student (_student_answers_zero),
-        # and once more on each after training for the least-squares head
+        # and once more on each after training for the refitted (ridge) head
         refit = cfg.student_data == "rows" and head_refit_applies(cfg, classifier(self.student), rows)
         forward = self._student_forward_seconds(x, timing, needed=refit)
         teacher += self._student_forward_share() * forward
