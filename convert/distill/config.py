@@ -74,9 +74,9 @@ class DpdfdConfig:
         shift-invariantly (the noise's common shift is not fitted)."""
         return "score" if self.distill_loss == "ce" else "centred"
 
-    @property
     def target_noise_var(self) -> float:
-        """(γσC)²: the noise variance of each entry of a released target y_s = s − γ·g̃ (g̃ carries N(0, σ²C²) per entry)."""
+        """(γσC)²: the noise variance of each entry of a released target y_s = s − γ·g̃ (g̃ carries N(0, σ²C²) per entry).
+        A method, not a property: the card's config lists the properties (to_dict), and this one follows from γ, σ, C."""
         return (self.target_step * self.sigma * self.clip) ** 2
 
     @property

@@ -83,7 +83,7 @@ class DpdfdRounds:
     def _noise_var(self, idx: torch.Tensor) -> torch.Tensor:
         """Per-entry noise variance of each queried image's mean target: (γσC)² over its count of released rows."""
         cfg = self.cfg
-        return cfg.target_noise_var / self.source_targets.counts[idx].double()
+        return cfg.target_noise_var() / self.source_targets.counts[idx].double()
 
     # ------------------------------------------------------------ training on it
     def train_student(self, epochs: Optional[int] = None) -> float:

@@ -122,7 +122,7 @@ class StudentTrainer:
         head = classifier(self.student.module)
         self.progress.phase(f"{round_name}: ridge head", len(x), "rows")
         gram, cross, target_ss = self._feature_statistics(head, x, y, render)
-        noise_trace = self.cfg.target_noise_var * (head.out_features - 1)  # the centred target: K − 1 free entries
+        noise_trace = self.cfg.target_noise_var() * (head.out_features - 1)  # the centred target: K − 1 free entries
         fit = sure_ridge(gram, cross, target_ss, len(x), noise_trace)
         w = fit.weights
         head.weight.copy_(w[:head.in_features].T.to(head.weight.dtype))
