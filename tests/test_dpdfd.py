@@ -190,11 +190,13 @@ def test_under_noise_the_head_is_the_ridge_fit_at_the_penalty_stein_s_risk_estim
 
 
 def test_the_least_squares_head_is_left_out_where_rows_are_few_for_the_features():
-    """(γσC)²·(D+1)/n against (γC)²/K: the digits default (σ ≈ 4, 300 000 rows, 128 features, K = 10) refits; a
-    224-px teacher's 16 384 rows at K = 1 000 do not; nor a CE release, nor head_refit off."""
+    """(γσC)²·(D+1)/n against (γC)²/K: the digits default (σ ≈ 4.2, 750 000 rows, 128 features, K = 10) and the
+    former one (σ ≈ 4, 300 000 rows) refit; a 224-px teacher's 16 384 rows at K = 1 000 do not; nor a CE release, nor
+    head_refit off."""
     from dpconvert.distill.student_training import head_refit_applies
 
     digits, imagenet = torch.nn.Linear(128, 10), torch.nn.Linear(128, 1000)
+    assert head_refit_applies(engine_config(sigma=4.22), digits, 750_000)
     assert head_refit_applies(engine_config(sigma=3.99), digits, 300_000)
     assert not head_refit_applies(engine_config(sigma=3.99), imagenet, 16_384)
     assert not head_refit_applies(engine_config(sigma=3.99), digits, 5_000)
