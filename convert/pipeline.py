@@ -69,9 +69,7 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
     signing_key = _signing_key(run.sign_key)  # an unreadable key fails now, not after the whole run
     name, reason = choose_method(run)
     method = METHODS.get(name)
-    if run.no_privacy and not method.noise_free:
-        raise DpconvertError(f"`no_privacy` (a non-private comparison student) is a setting of {_methods_that('noise_free')} (method {name} "
-                             "has no noise-free mode)", fix=f"drop it or use `method` {_methods_that('noise_free')}", param="no_privacy")
+    _check_capabilities(method, name, run, load_options)
     opts = method_options if isinstance(method_options, method.Options) else method.options(method_options)
     method.check(run, opts, out)
     reason = method.describe_choice(opts, reason)
@@ -114,6 +112,18 @@ def run_conversion(teacher_source: Union[str, Sequence[str]], out: Path, run: Ru
     from dpconvert.zoo_cards import card_paths
 
     return ConvertResult(out, *card_paths(out), card, time.perf_counter() - start, result.rounds, name, profile.to_dict())
+
+
+def _check_capabilities(method, name: str, run: RunOptions, load_options) -> None:
+    """Settings that only some methods act on, given to one that would ignore them: an error, not a silent no-op."""
+    if run.no_privacy and not method.noise_free:
+        raise DpconvertError(f"`no_privacy` (a non-private comparison student) is a setting of {_methods_that('noise_free')} (method {name} "
+                             "has no noise-free mode)", fix=f"drop it or use `method` {_methods_that('noise_free')}", param="no_privacy")
+    runtime = getattr(load_options, "teacher_runtime", "auto")
+    if runtime != "auto" and not method.queries_teacher:
+        raise DpconvertError(f"`teacher_runtime` {runtime} sets what answers the queries of {_methods_that('queries_teacher')} (method "
+                             f"{name} asks the teacher none: it answers the evaluation only, in torch)", fix="drop `teacher_runtime`",
+                             param="teacher_runtime")
 
 
 def _eval_data(run: RunOptions, spec):

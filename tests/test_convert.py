@@ -269,3 +269,12 @@ def test_a_full_disk_leaves_no_file(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "cannot write" in proc.stderr and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_teacher_runtime_for_a_method_that_never_queries_the_teacher_is_an_error(tmp_path, cli):
+    """`--teacher-runtime onnxruntime` moves the teacher that answers DPDFD's queries; DP-SGD never asks one, so the
+    flag would do nothing: one line naming the fix, before any work, and no file."""
+    code, _, err = cli("builtin:digits", "--method", "dpsgd", "--private-data", "builtin:digits:train", "--epochs", "1",
+                       "--teacher-runtime", "onnxruntime", "--out", tmp_path / "s.onnx")
+    assert code == 1 and "teacher-runtime" in err and "dpdfd" in err and err.strip().count("\n") == 0, err
+    assert not list(tmp_path.iterdir())
